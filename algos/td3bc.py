@@ -1,0 +1,211 @@
+"""TD3+BC (Fujimoto & Gu 2021), language-conditioned, continuous actions in [-1, 1]^A.
+
+Observations are o = s̃ ⊕ e(ℓ), where s̃ = (s − μ) / σ normalises the state with the *real* buffer's
+statistics (carried in ``hp.normalizer``) and e(ℓ) is the instruction embedding. Networks: a
+deterministic actor π_φ(o) = tanh(f_φ(o)) and twin critics Q_{θ1}, Q_{θ2} (independent networks, each
+language encoder → ReLU 256×256 with the action joining after the encoder), with target copies φ', θ'.
+
+Critic, every update (ε ~ N(0, I), d = 1 only on true terminations, γ from ``hp``):
+
+    ã  = clip( π_φ'(o') + clip(σ_n · ε, −c, c), −1, 1 )                 σ_n = 0.2, c = 0.5
+    y  = r + γ · (1 − d) · min_i Q_θi'(o', ã)
+    L(θ) = E[(Q_θ1(o, a) − y)²] + E[(Q_θ2(o, a) − y)²]
+
+Actor and both targets, every ``policy_freq``-th update only (k = 1, 2, … counts updates; k mod 2 = 0),
+with the critic just updated:
+
+    λ    = α / E_B[ |Q_θ1(o, π_φ(o))| ]                 (no gradient through the denominator; α = 2.5)
+    L(φ) = −λ · E_B[ Q_θ1(o, π_φ(o)) ]  +  E_B,A[ (π_φ(o) − a)² ]      (mean over batch and action dims)
+    φ' ← (1 − τ) φ' + τ φ,   θ' ← (1 − τ) θ' + τ θ                    τ = 0.005
+
+The skip is a ``jnp.where`` on the traced step counter (:func:`~imaginejax.algos.common.masked_step`):
+on a skipped update the actor's parameters *and* its Adam state are left bit-for-bit unchanged, and
+``policy_freq`` itself is a traced hyperparameter. Adam, lr 3e-4 for both; batch 256 (an engine setting).
+Acting: a = π_φ(o); when not deterministic, the target-smoothing noise clip(σ_n ε, −c, c) is added.
+"""
+
+from __future__ import annotations
+
+import chex
+import jax
+import jax.numpy as jnp
+import optax
+from flax import struct
+
+from imaginejax.algos.base import Algorithm, Spec
+from imaginejax.algos.common import (StateNormalizer, TwinCritic, adam_init, adam_step, masked_step,
+                                     periodic_polyak_update, td_target, twin_critic_loss)
+from imaginejax.algos.networks import EncodedMLP, NetConfig
+from imaginejax.data.types import Batch
+
+
+@struct.dataclass
+class TD3BCHyperparams:
+    """Traced hyperparameters.
+
+    Attributes:
+      actor_lr, critic_lr: () Adam step sizes (3e-4).
+      gamma: () discount γ (0.99).
+      tau: () Polyak rate of both target networks (0.005).
+      policy_noise: () σ_n, std of the target-smoothing noise (0.2).
+      noise_clip: () c, clip of that noise (0.5).
+      policy_freq: () int32, actor and targets are updated every ``policy_freq``-th update (2).
+      alpha: () α of λ = α / mean|Q| (2.5).
+      normalizer: state statistics (S,), identity by default; set them with
+        ``StateNormalizer.from_transitions(real)`` (see :func:`with_normalizer`).
+    """
+
+    actor_lr: jax.Array
+    critic_lr: jax.Array
+    gamma: jax.Array
+    tau: jax.Array
+    policy_noise: jax.Array
+    noise_clip: jax.Array
+    policy_freq: jax.Array
+    alpha: jax.Array
+    normalizer: StateNormalizer
+
+
+@struct.dataclass
+class TD3BCState:
+    """Actor φ, twin critics θ (stacked, leading axis 2), their targets, Adam states, update count."""
+
+    actor_params: dict
+    critic_params: dict
+    actor_target: dict
+    critic_target: dict
+    actor_opt: optax.OptState
+    critic_opt: optax.OptState
+    step: jax.Array
+
+
+def with_normalizer(hp: TD3BCHyperparams, normalizer: StateNormalizer) -> TD3BCHyperparams:
+    """``hp`` with its state statistics replaced (e.g. by ``StateNormalizer.from_transitions(real)``)."""
+    return hp.replace(normalizer=normalizer)
+
+
+def smoothed_target_action(target_action: jax.Array, noise: jax.Array, policy_noise: jax.Array | float,
+                           noise_clip: jax.Array | float) -> jax.Array:
+    """ã = clip(π'(o') + clip(σ_n · ε, −c, c), −1, 1).
+
+    Args:
+      target_action: (B, A) π_φ'(o').
+      noise: (B, A) standard normal ε.
+      policy_noise: () σ_n.
+      noise_clip: () c.
+
+    Returns:
+      (B, A) smoothed actions in [-1, 1].
+    """
+    chex.assert_equal_shape([target_action, noise])
+    return jnp.clip(target_action + jnp.clip(policy_noise * noise, -noise_clip, noise_clip), -1.0, 1.0)
+
+
+def actor_loss(q1_pi: jax.Array, pi: jax.Array, action: jax.Array,
+               alpha: jax.Array | float) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """TD3+BC actor loss −λ · mean Q1(o, π(o)) + mean (π(o) − a)², λ = α / mean|Q1(o, π(o))|.
+
+    Args:
+      q1_pi: (B,) Q_θ1(o, π_φ(o)) (differentiable in φ through π).
+      pi: (B, A) π_φ(o).
+      action: (B, A) dataset actions.
+      alpha: () α.
+
+    Returns:
+      (loss, metrics); the denominator of λ carries no gradient (floored at 1e-6 so an all-zero critic
+      cannot divide by zero). metrics: actor_loss, lambda, bc_mse.
+    """
+    chex.assert_equal_shape([pi, action])
+    chex.assert_shape(q1_pi, (pi.shape[0],))
+    lam = alpha / jnp.maximum(jax.lax.stop_gradient(jnp.abs(q1_pi).mean()), 1e-6)
+    bc = jnp.square(pi - action).mean()
+    loss = -lam * q1_pi.mean() + bc
+    return loss, {"actor_loss": loss, "lambda": lam, "bc_mse": bc}
+
+
+def make_td3bc(spec: Spec, net: NetConfig = NetConfig()) -> Algorithm:
+    """Builds TD3+BC for ``spec`` (must be continuous) with static shapes ``net`` for actor and critics.
+
+    The reference uses 256×256 heads after the encoder for the actor and each critic: the default
+    ``NetConfig()``.
+    """
+    if spec.discrete:
+        raise ValueError("make_td3bc needs a continuous action space (spec.discrete=False); for discrete "
+                         "actions use imaginejax.algos.td3bc_discrete.make_discrete_td3bc")
+    actor = EncodedMLP(net, out=spec.action_dim, squash=True)
+    critic = TwinCritic(net)
+
+    def default_hp(spec_: Spec) -> TD3BCHyperparams:
+        return TD3BCHyperparams(
+            actor_lr=jnp.float32(3e-4), critic_lr=jnp.float32(3e-4), gamma=jnp.float32(0.99),
+            tau=jnp.float32(0.005), policy_noise=jnp.float32(0.2), noise_clip=jnp.float32(0.5),
+            policy_freq=jnp.int32(2), alpha=jnp.float32(2.5),
+            normalizer=StateNormalizer.identity(spec_.state_dim))
+
+    def init(key: jax.Array, spec_: Spec, hp: TD3BCHyperparams) -> TD3BCState:
+        del hp
+        actor_key, critic_key = jax.random.split(key)
+        obs = jnp.zeros((1, spec_.obs_dim), jnp.float32)
+        actor_params = actor.init(actor_key, obs)
+        critic_params = critic.init(critic_key, obs, jnp.zeros((1, spec_.action_dim), jnp.float32))
+        return TD3BCState(actor_params=actor_params, critic_params=critic_params,
+                          actor_target=actor_params, critic_target=critic_params,
+                          actor_opt=adam_init(actor_params), critic_opt=adam_init(critic_params),
+                          step=jnp.zeros((), jnp.int32))
+
+    def update(state: TD3BCState, batch: Batch, key: jax.Array,
+               hp: TD3BCHyperparams) -> tuple[TD3BCState, dict[str, jax.Array]]:
+        """One critic step and, every ``policy_freq``-th call, one actor step and target update.
+
+        Metrics (pre-update batch means): loss (= critic_loss), critic_loss, actor_loss (evaluated
+        every step, applied only on actor steps), lambda, bc_mse, q1_data, target_q, actor_updated.
+        """
+        obs = hp.normalizer.observation(batch.observation)
+        next_obs = jnp.concatenate([hp.normalizer(batch.next_state), batch.embedding], axis=-1)
+
+        noise = jax.random.normal(key, batch.action.shape, jnp.float32)
+        next_action = smoothed_target_action(actor.apply(state.actor_target, next_obs), noise,
+                                             hp.policy_noise, hp.noise_clip)
+        q_next = critic.apply(state.critic_target, next_obs, next_action)  # (2, B)
+        target = jax.lax.stop_gradient(
+            td_target(batch.reward, batch.terminal, jnp.min(q_next, axis=0), hp.gamma))
+
+        def critic_loss_fn(params):
+            q = critic.apply(params, obs, batch.action)
+            return twin_critic_loss(q, target), q
+
+        (c_loss, q_data), c_grads = jax.value_and_grad(critic_loss_fn, has_aux=True)(state.critic_params)
+        critic_params, critic_opt = adam_step(state.critic_params, c_grads, state.critic_opt,
+                                              hp.critic_lr)
+
+        def actor_loss_fn(params):
+            pi = actor.apply(params, obs)
+            return actor_loss(critic.apply(critic_params, obs, pi)[0], pi, batch.action, hp.alpha)
+
+        a_grads, a_metrics = jax.grad(actor_loss_fn, has_aux=True)(state.actor_params)
+        new_actor, new_actor_opt = adam_step(state.actor_params, a_grads, state.actor_opt, hp.actor_lr)
+
+        count = state.step + 1
+        actor_due = (count % jnp.maximum(hp.policy_freq, 1)) == 0
+        actor_params, actor_opt = masked_step(actor_due, (new_actor, new_actor_opt),
+                                              (state.actor_params, state.actor_opt))
+        actor_target = periodic_polyak_update(state.actor_target, actor_params, count, hp.policy_freq,
+                                              hp.tau)
+        critic_target = periodic_polyak_update(state.critic_target, critic_params, count,
+                                               hp.policy_freq, hp.tau)
+        metrics = {"loss": c_loss, "critic_loss": c_loss, **a_metrics, "q1_data": q_data[0].mean(),
+                   "target_q": target.mean(), "actor_updated": actor_due.astype(jnp.float32)}
+        return TD3BCState(actor_params=actor_params, critic_params=critic_params,
+                          actor_target=actor_target, critic_target=critic_target,
+                          actor_opt=actor_opt, critic_opt=critic_opt, step=count), metrics
+
+    def act(state: TD3BCState, obs: jax.Array, key: jax.Array, hp: TD3BCHyperparams,
+            deterministic: bool = True) -> jax.Array:
+        """obs (B, S+E) raw (un-normalised) -> (B, A) float32 actions in [-1, 1]."""
+        action = actor.apply(state.actor_params, hp.normalizer.observation(obs))
+        if deterministic:
+            return action
+        noise = jax.random.normal(key, action.shape, jnp.float32)
+        return smoothed_target_action(action, noise, hp.policy_noise, hp.noise_clip)
+
+    return Algorithm(name="td3bc", init=init, update=update, act=act, default_hp=default_hp)
