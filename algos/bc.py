@@ -17,6 +17,7 @@ import optax
 from flax import struct
 
 from imaginejax.algos.base import Algorithm, Spec
+from imaginejax.algos.common import adam_init, adam_step
 from imaginejax.algos.networks import EncodedMLP, NetConfig
 from imaginejax.data.types import Batch
 
@@ -56,7 +57,6 @@ def bc_loss(logits_or_actions: jax.Array, target: jax.Array, discrete: bool) -> 
 def make_bc(spec: Spec, net: NetConfig = NetConfig()) -> Algorithm:
     """Builds the BC record for an environment interface ``spec`` with static network shapes ``net``."""
     model = EncodedMLP(net, out=spec.action_dim, squash=not spec.discrete)
-    adam = optax.scale_by_adam()
 
     def default_hp(spec: Spec) -> BCHyperparams:
         del spec
@@ -65,7 +65,7 @@ def make_bc(spec: Spec, net: NetConfig = NetConfig()) -> Algorithm:
     def init(key: jax.Array, spec_: Spec, hp: BCHyperparams) -> BCState:
         del hp
         params = model.init(key, jnp.zeros((1, spec_.obs_dim), jnp.float32))
-        return BCState(params=params, opt_state=adam.init(params), step=jnp.zeros((), jnp.int32))
+        return BCState(params=params, opt_state=adam_init(params), step=jnp.zeros((), jnp.int32))
 
     def loss_fn(params: dict, batch: Batch) -> tuple[jax.Array, dict[str, jax.Array]]:
         out = model.apply(params, batch.observation)
@@ -78,10 +78,7 @@ def make_bc(spec: Spec, net: NetConfig = NetConfig()) -> Algorithm:
     def update(state: BCState, batch: Batch, key: jax.Array, hp: BCHyperparams):
         del key
         grads, metrics = jax.grad(loss_fn, has_aux=True)(state.params, batch)
-        direction, opt_state = adam.update(grads, state.opt_state, state.params)
-        params = optax.apply_updates(
-            state.params, jax.tree.map(lambda d: -hp.learning_rate * d, direction)
-        )
+        params, opt_state = adam_step(state.params, grads, state.opt_state, hp.learning_rate)
         return BCState(params=params, opt_state=opt_state, step=state.step + 1), metrics
 
     def act(state: BCState, obs: jax.Array, key: jax.Array, hp: BCHyperparams,
