@@ -1,0 +1,187 @@
+"""CLEVR-Robot env-step throughput: the plain-JAX push kernel against MuJoCo C on the same MJCF.
+
+    python experiments/benchmarks/clevr_env_steps.py [--batches 1 1024 4096] [--repeats 5]
+
+One env step is one push: zero velocities, place the pusher, 40 physics steps of 0.01 s (see
+``envs/clevr/physics.py``). Every backend pushes the same states (random layouts advanced by five
+random pushes, so balls touch) with the same actions, in the same run:
+
+* **JAX batch-last**: ``jit(physics.push)`` (float32; the kernel computes with the batch as the last
+  axis). Compile time is reported separately; throughput is the median of ``--repeats`` timed calls
+  after compilation, each ended by ``block_until_ready``.
+* **JAX vmap(single)**: the same physics written for one environment and ``vmap``-ped (batch-leading
+  layout), to show why the kernel is batch-last.
+* **MuJoCo loop**: ``mujoco_ref.push_mujoco``, a Python loop over ``mj_step`` on scene.xml (exact
+  solver settings: tolerance 0, at most 10 Newton iterations), and the same loop with MuJoCo's
+  default tolerance 1e-8 (its usual speed; it leaves tiny resting-contact forces inexact).
+* **MuJoCo rollout**: ``mujoco.rollout`` with ``--threads`` threads on scene.xml.
+
+MuJoCo's cost per push does not depend on the batch, so for batches above ``--mujoco-subset`` it is
+timed on that many pushes and reported as throughput (marked with * in the table). The table is
+printed as markdown and written to ``results/benchmarks/clevr_env_steps.{md,json}`` (or ``--out``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import mujoco
+import numpy as np
+
+from imaginejax.envs.clevr import mujoco_ref
+from imaginejax.envs.clevr import physics as P
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def median_seconds(run: Callable[[], object], repeats: int) -> float:
+    """Median wall time of ``repeats`` calls of ``run``."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def make_states(batch: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(B, 5, 2) float32 states with touching balls, and (B,) ball / direction actions."""
+    key = jax.random.PRNGKey(seed)
+    balls = P.sample_layout(key, batch)
+    action = jax.random.randint(jax.random.fold_in(key, 1), (6, batch), 0, P.N_ACTIONS)
+    ball, direction = P.decode_action(action)
+    step = jax.jit(P.push)
+    for t in range(5):
+        balls = step(balls, ball[t], direction[t])
+    return np.asarray(balls), np.asarray(ball[5]), np.asarray(direction[5])
+
+
+def single_env_push(balls: jax.Array, ball: jax.Array, direction: jax.Array) -> jax.Array:
+    """The batch-leading layout: one environment per call, vmapped. (5, 2), (), () -> (5, 2)."""
+    return P.push(balls[None], ball[None], direction[None])[0]
+
+
+def time_jax(fn: Callable, balls: np.ndarray, ball: np.ndarray, direction: np.ndarray,
+             repeats: int) -> tuple[float, float]:
+    """(compile seconds, env steps/s) of ``jit(fn)`` on these inputs."""
+    args = (jnp.asarray(balls), jnp.asarray(ball, jnp.int32), jnp.asarray(direction, jnp.int32))
+    start = time.perf_counter()
+    # a fresh function object, so nothing traced or compiled earlier in this process is re-used
+    compiled = jax.jit(lambda *a: fn(*a)).lower(*args).compile()
+    compile_s = time.perf_counter() - start
+    compiled(*args).block_until_ready()  # warm-up
+    seconds = median_seconds(lambda: compiled(*args).block_until_ready(), repeats)
+    return compile_s, len(balls) / seconds
+
+
+def time_mujoco(push: Callable, balls: np.ndarray, ball: np.ndarray, direction: np.ndarray,
+                repeats: int) -> float:
+    """Env steps/s of a host-side push driver on these inputs (float64 states)."""
+    states = balls.astype(np.float64)
+    push(states[:1], ball[:1], direction[:1])  # warm-up
+    seconds = median_seconds(lambda: push(states, ball, direction), repeats)
+    return len(balls) / seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batches", type=int, nargs="+", default=[1, 1024, 4096])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--mujoco-subset", type=int, default=512,
+                        help="largest number of pushes timed per MuJoCo measurement")
+    parser.add_argument("--threads", type=int, default=2, help="mujoco.rollout threads")
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "results" / "benchmarks")
+    parser.add_argument("--skip-vmap", action="store_true", help="skip the vmap(single) layout")
+    args = parser.parse_args()
+
+    load = os.getloadavg()
+    model = mujoco_ref.load_model()
+    data = mujoco.MjData(model)
+    default_tol = mujoco_ref.load_model()
+    default_tol.opt.tolerance, default_tol.opt.iterations = 1e-8, 100
+    default_data = mujoco.MjData(default_tol)
+    roller = mujoco_ref.PushRollout(nthread=args.threads, model=model)
+
+    rows = []
+    try:
+        for batch in args.batches:
+            balls, ball, direction = make_states(batch, seed=batch)
+            compile_s, jax_sps = time_jax(P.push, balls, ball, direction, args.repeats)
+            vmap_compile_s, vmap_sps = (None, None)
+            if not args.skip_vmap:
+                vmap_compile_s, vmap_sps = time_jax(jax.vmap(single_env_push), balls, ball, direction,
+                                                    args.repeats)
+            n = min(batch, args.mujoco_subset)
+            sub = (balls[:n], ball[:n], direction[:n])
+            loop_sps = time_mujoco(lambda *a: mujoco_ref.push_mujoco(*a, model, data), *sub,
+                                   repeats=3)
+            loop_default_sps = time_mujoco(
+                lambda *a: mujoco_ref.push_mujoco(*a, default_tol, default_data), *sub, repeats=3)
+            rollout_sps = time_mujoco(roller, *sub, repeats=3)
+            rows.append(dict(batch=batch, mujoco_pushes_timed=n, jax_compile_s=compile_s,
+                             jax_steps_per_s=jax_sps, vmap_compile_s=vmap_compile_s,
+                             vmap_steps_per_s=vmap_sps, mujoco_loop_steps_per_s=loop_sps,
+                             mujoco_loop_default_tol_steps_per_s=loop_default_sps,
+                             mujoco_rollout_steps_per_s=rollout_sps))
+            print(f"batch {batch}: done", flush=True)
+    finally:
+        roller.close()
+
+    def fmt(x: float | None) -> str:
+        return "n/a" if x is None else f"{x:,.0f}"
+
+    lines = [
+        "| batch | JAX batch-last (compile s) | JAX vmap(single) (compile s) | MuJoCo loop | "
+        "MuJoCo loop, tol 1e-8 | MuJoCo rollout, "
+        f"{args.threads} thr | JAX / loop | JAX / rollout | JAX / fastest MuJoCo |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        star = "*" if r["mujoco_pushes_timed"] < r["batch"] else ""
+        fastest = max(r["mujoco_loop_steps_per_s"], r["mujoco_loop_default_tol_steps_per_s"],
+                      r["mujoco_rollout_steps_per_s"])
+        vmap = ("n/a" if r["vmap_steps_per_s"] is None
+                else f"{fmt(r['vmap_steps_per_s'])} ({r['vmap_compile_s']:.1f})")
+        lines.append(
+            f"| {r['batch']} | {fmt(r['jax_steps_per_s'])} ({r['jax_compile_s']:.1f}) | {vmap} | "
+            f"{fmt(r['mujoco_loop_steps_per_s'])}{star} | "
+            f"{fmt(r['mujoco_loop_default_tol_steps_per_s'])}{star} | "
+            f"{fmt(r['mujoco_rollout_steps_per_s'])}{star} | "
+            f"{r['jax_steps_per_s'] / r['mujoco_loop_steps_per_s']:.1f}x | "
+            f"{r['jax_steps_per_s'] / r['mujoco_rollout_steps_per_s']:.1f}x | "
+            f"{r['jax_steps_per_s'] / fastest:.1f}x |")
+    notes = [
+        "",
+        "Env steps/s (one env step = one 40-substep push); JAX float32 on the CPU, median of "
+        f"{args.repeats} calls after compilation. MuJoCo on float64 states; * = timed on the first "
+        f"{args.mujoco_subset} pushes of the batch (its cost per push does not depend on the batch).",
+        "MuJoCo loop / rollout use scene.xml (exact solve: tolerance 0, <= 10 Newton iterations); "
+        "'tol 1e-8' is MuJoCo's default solver tolerance.",
+        f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, load average "
+        f"{load[0]:.1f} before / {os.getloadavg()[0]:.1f} after the run (other processes share the "
+        f"cores); jax {jax.__version__}, mujoco {mujoco.__version__}.",
+    ]
+    table = "\n".join(lines + notes)
+    print()
+    print(table)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "clevr_env_steps.md").write_text(table + "\n", encoding="utf-8")
+    meta = dict(jax=jax.__version__, mujoco=mujoco.__version__, cpus=os.cpu_count(), load_before=load[0],
+                load_after=os.getloadavg()[0],
+                repeats=args.repeats, threads=args.threads, time=time.strftime("%Y-%m-%d %H:%M:%S"))
+    (args.out / "clevr_env_steps.json").write_text(json.dumps(dict(meta=meta, rows=rows), indent=2),
+                                                   encoding="utf-8")
+    print(f"\nwritten to {args.out}/clevr_env_steps.{{md,json}}")
+
+
+if __name__ == "__main__":
+    main()
