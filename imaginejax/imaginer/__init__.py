@@ -1,0 +1,37 @@
+"""The imaginer: a Flax Llama that writes imaginary rollouts (BENCHMARK.md §5, KALM design).
+
+This package holds the model (:mod:`~imaginejax.imaginer.llama`), its loaders for Hugging Face
+directories and GGUF files (:mod:`~imaginejax.imaginer.loading`) and jitted greedy generation with a
+KV cache (:mod:`~imaginejax.imaginer.generate`).
+"""
+
+from imaginejax.imaginer.generate import GenerationOutput, greedy_generate, prefill
+from imaginejax.imaginer.llama import (
+    KVCache,
+    LlamaConfig,
+    LlamaForCausalLM,
+    LlamaOutput,
+    RopeScaling,
+    embed,
+    forward,
+    init_cache,
+    init_params,
+    lm_logits,
+)
+from imaginejax.imaginer.loading import (
+    load_gguf,
+    load_gguf_config,
+    load_gguf_tokenizer,
+    load_hf_checkpoint,
+    load_hf_config,
+    load_hf_tokenizer,
+    smollm2_gguf_path,
+)
+
+__all__ = [
+    "GenerationOutput", "greedy_generate", "prefill",
+    "KVCache", "LlamaConfig", "LlamaForCausalLM", "LlamaOutput", "RopeScaling", "embed", "forward",
+    "init_cache", "init_params", "lm_logits",
+    "load_gguf", "load_gguf_config", "load_gguf_tokenizer", "load_hf_checkpoint", "load_hf_config",
+    "load_hf_tokenizer", "smollm2_gguf_path",
+]
