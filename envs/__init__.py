@@ -1,0 +1,47 @@
+"""Environments and their registry.
+
+``env, params = make(name, level, embed=True)`` returns a stateless environment object and the pytree of
+the level's task table (see ARCHITECTURE.md, "Contracts: Environment").
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+ENV_LEVELS: dict[str, tuple[str, ...]] = {"clevr": ("train", "rephrase", "easy", "hard")}
+
+
+def _make_clevr(level: str, embed: bool) -> tuple[Any, Any]:
+    from imaginejax.envs.clevr.env import CLEVRRobot, make_params
+
+    return CLEVRRobot(), make_params(level, embed=embed)
+
+
+_FACTORIES: dict[str, Callable[[str, bool], tuple[Any, Any]]] = {"clevr": _make_clevr}
+
+
+def registered() -> tuple[str, ...]:
+    """Names accepted by :func:`make`."""
+    return tuple(sorted(_FACTORIES))
+
+
+def make(name: str, level: str, *, embed: bool = True) -> tuple[Any, Any]:
+    """Builds an environment and the parameters of one task level.
+
+    Args:
+      name: registry key, e.g. ``"clevr"``.
+      level: ``"train"``, ``"rephrase"``, ``"easy"`` or ``"hard"``.
+      embed: embed the instruction table with the sentence encoder (E = 384); with False, E = 0 and the
+        observation is the bare state.
+    Returns: ``(env, params)``.
+    Raises: ValueError naming the valid choices for an unknown name or level.
+    """
+    if name not in _FACTORIES:
+        raise ValueError(f"unknown environment {name!r}; valid names: {', '.join(registered())}")
+    levels = ENV_LEVELS[name]
+    if level not in levels:
+        raise ValueError(f"unknown level {level!r} for environment {name!r}; valid levels: {', '.join(levels)}")
+    return _FACTORIES[name](level, embed)
+
+
+__all__ = ["ENV_LEVELS", "make", "registered"]

@@ -1,0 +1,292 @@
+"""CLEVR-Robot as a pure, gymnax-style JAX environment with batched kernels.
+
+API (all pure; ``params`` is a pytree holding the level's task table)::
+
+    env, params = imaginejax.envs.make("clevr", level)            # or make_params(level)
+    obs, state = env.reset(key, params)                           # obs (10+E,)
+    obs, state, reward, done, info = env.step(key, state, action, params)
+    obs, state = env.reset_batch(keys, params)                    # keys (B, 2) → obs (B, 10+E)
+    obs, state, reward, done, info = env.step_batch(keys, states, actions, params)   # actions (B,)
+    obs, state = env.reset_to_task(key, params, task)             # evaluation of a given task
+    obs, state = env.reset_to_task_batch(keys, params, tasks, phrasings=None)
+
+The batched kernels are the implementation (they call :func:`physics.push` on the whole batch once per
+step); ``reset`` / ``step`` are thin single-environment views of them (a batch of one).
+
+Semantics:
+
+* Observation = state (10,) ⊕ instruction embedding (E,), E = ``params.instruction_embeddings.shape[1]``
+  (0 when made with ``embed=False``).
+* Reset samples a task uniformly, one of its phrasings uniformly, and a layout from
+  :func:`physics.sample_layout`, rejecting layouts that already satisfy the goal (``params.reset_tries``
+  candidates are drawn at once and the first unsatisfied one is kept; jit-able, no data-dependent loop).
+* An episode ends when the goal succeeds (``info["success"]``, a true terminal) or when ``t`` reaches
+  ``params.max_steps`` (``info["truncated"]``). There is **no auto-reset**: stepping a finished episode
+  keeps its state frozen and returns reward 0, ``done = True``, ``success = truncated = False`` (those
+  flags mark only the step that ended the episode; ``state.success`` stays True after a success).
+* The step's key is unused (the physics is deterministic) but kept for the gymnax signature.
+
+The class follows gymnax's method signatures but does not subclass ``gymnax.environments.Environment``:
+gymnax is not a dependency of the project, and its ``step`` auto-resets, which this contract does not.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from imaginejax.envs.clevr import instructions as instr
+from imaginejax.envs.clevr import physics
+from imaginejax.envs.clevr import tasks
+
+ENV_NAME: Final[str] = "clevr"
+DEFAULT_RESET_TRIES: Final[int] = 16
+
+
+@struct.dataclass
+class EnvParams:
+    """A level's task table (a pytree; the int/str fields are static).
+
+    Attributes:
+      goals: (K, G) int32 goal vectors, G = :data:`tasks.GOAL_DIM`.
+      phrasing_ids: (K, P) int32 ids into the level's instruction table; row k's first
+        ``phrasing_counts[k]`` entries are valid, the rest are -1.
+      phrasing_counts: (K,) int32.
+      instruction_embeddings: (M, E) float32, row m embeds instruction m (E may be 0).
+      max_steps: episode cap (static).
+      level: level name (static).
+      reset_tries: number of candidate layouts drawn at reset (static).
+    """
+
+    goals: jax.Array
+    phrasing_ids: jax.Array
+    phrasing_counts: jax.Array
+    instruction_embeddings: jax.Array
+    max_steps: int = struct.field(pytree_node=False, default=50)
+    level: str = struct.field(pytree_node=False, default="train")
+    reset_tries: int = struct.field(pytree_node=False, default=DEFAULT_RESET_TRIES)
+
+    @property
+    def num_tasks(self) -> int:
+        return int(self.goals.shape[0])
+
+    @property
+    def embed_dim(self) -> int:
+        return int(self.instruction_embeddings.shape[1])
+
+
+@struct.dataclass
+class EnvState:
+    """Environment state; every field gets a leading (B,) axis in the batched kernels.
+
+    Attributes:
+      balls: (5, 2) float32 ball positions (x, y) in colour order.
+      t: () int32 steps taken in this episode.
+      task: () int32 row of ``params.goals``.
+      instruction: () int32 id into the level's instruction table.
+      done: () bool, the episode has ended (success or time limit).
+      success: () bool, the episode has ended in success (sticky).
+    """
+
+    balls: jax.Array
+    t: jax.Array
+    task: jax.Array
+    instruction: jax.Array
+    done: jax.Array
+    success: jax.Array
+
+
+def make_params(level: str, *, embed: bool = True, reset_tries: int = DEFAULT_RESET_TRIES) -> EnvParams:
+    """Builds the :class:`EnvParams` of a level.
+
+    Args:
+      level: "train", "rephrase", "easy" or "hard".
+      embed: embed the instruction table with :func:`imaginejax.lang.encode_instructions` (384-d);
+        when False the embeddings are (M, 0) and observations are the bare 10-d state.
+      reset_tries: candidate layouts drawn at reset.
+    """
+    goals = tasks.level_goals(level)
+    table, phrasing_ids, counts = instr.level_instruction_table(level)
+    if embed:
+        from imaginejax.lang import encode_instructions  # lazy: loads the sentence encoder
+
+        embeddings = np.asarray(encode_instructions(list(table)), np.float32)
+    else:
+        embeddings = np.zeros((len(table), 0), np.float32)
+    chex.assert_shape(embeddings, (len(table), None))
+    return EnvParams(
+        goals=jnp.asarray(goals, jnp.int32),
+        phrasing_ids=jnp.asarray(phrasing_ids, jnp.int32),
+        phrasing_counts=jnp.asarray(counts, jnp.int32),
+        instruction_embeddings=jnp.asarray(embeddings, jnp.float32),
+        max_steps=tasks.level_max_steps(level),
+        level=level,
+        reset_tries=reset_tries,
+    )
+
+
+def _take_first(tree: Any) -> Any:
+    return jax.tree.map(lambda x: x[0], tree)
+
+
+def _add_batch(tree: Any) -> Any:
+    return jax.tree.map(lambda x: jnp.asarray(x)[None], tree)
+
+
+class CLEVRRobot:
+    """CLEVR-Robot: 5 balls, Discrete(40) pushes, language-conditioned goals (see module docstring).
+
+    The object holds no state and no level: everything level-specific lives in :class:`EnvParams`.
+    """
+
+    name: Final[str] = ENV_NAME
+    state_dim: Final[int] = tasks.STATE_DIM
+    num_actions: Final[int] = tasks.NUM_ACTIONS
+    goal_dim: Final[int] = tasks.GOAL_DIM
+    discrete: Final[bool] = True
+    levels: Final[tuple[str, ...]] = tasks.LEVELS
+
+    # Public pure predicates (broadcast over leading dims; see tasks.py).
+    success = staticmethod(tasks.success)
+    reward = staticmethod(tasks.reward)
+    legal = staticmethod(tasks.legal)
+
+    # ------------------------------------------------------------------ metadata
+    @staticmethod
+    def instructions(level: str) -> tuple[str, ...]:
+        """The instruction table (M strings) of a level; ``state.instruction`` indexes it."""
+        return instr.level_instructions(level)
+
+    @staticmethod
+    def default_params(level: str = "train", *, embed: bool = True) -> EnvParams:
+        return make_params(level, embed=embed)
+
+    @staticmethod
+    def obs_dim(params: EnvParams) -> int:
+        """Observation width 10 + E."""
+        return tasks.STATE_DIM + params.embed_dim
+
+    # ------------------------------------------------------------------ views
+    @staticmethod
+    def state_vector(state: EnvState) -> jax.Array:
+        """(..., 5, 2) balls → (..., 10) state vector."""
+        return state.balls.reshape(state.balls.shape[:-2] + (tasks.STATE_DIM,))
+
+    @staticmethod
+    def goal_of(state: EnvState, params: EnvParams) -> jax.Array:
+        """Goal vector(s) of the state's task: (..., G) int32."""
+        return params.goals[state.task]
+
+    def observation_batch(self, state: EnvState, params: EnvParams) -> jax.Array:
+        """(B,) states → (B, 10 + E) float32 observations (state ⊕ instruction embedding)."""
+        emb = params.instruction_embeddings[state.instruction]
+        return jnp.concatenate([self.state_vector(state), emb], axis=-1).astype(jnp.float32)
+
+    # ------------------------------------------------------------------ batched kernels
+    def reset_to_task_batch(
+        self, keys: jax.Array, params: EnvParams, task: jax.Array, phrasing: jax.Array | None = None
+    ) -> tuple[jax.Array, EnvState]:
+        """Resets B environments to given tasks.
+
+        Args:
+          keys: (B,) PRNG keys (raw (B, 2) uint32 or typed).
+          params: the level's :class:`EnvParams`.
+          task: (B,) int32 task rows.
+          phrasing: optional (B,) int32 position within each task's phrasing list (taken modulo its
+            count); sampled uniformly when None.
+        Returns: observations (B, 10+E) and the batched state.
+        """
+        batch = keys.shape[0]
+        task = jnp.broadcast_to(jnp.asarray(task, jnp.int32), (batch,))
+        chex.assert_shape(task, (batch,))
+        split = jax.vmap(lambda k: jax.random.split(k, 2))(keys)
+        key_phrasing, key_layout = split[:, 0], split[:, 1]
+        counts = params.phrasing_counts[task]
+        if phrasing is None:
+            phrasing = jax.vmap(lambda k, c: jax.random.randint(k, (), 0, c))(key_phrasing, counts)
+        phrasing = jnp.broadcast_to(jnp.asarray(phrasing, jnp.int32), (batch,)) % counts
+        instruction = params.phrasing_ids[task, phrasing]
+
+        tries = params.reset_tries
+        layouts = jax.vmap(lambda k: physics.sample_layout(k, tries))(key_layout)  # (B, R, 5, 2)
+        chex.assert_shape(layouts, (batch, tries, tasks.N_BALLS, 2))
+        goals = params.goals[task]
+        satisfied = tasks.state_satisfied(layouts.reshape(batch, tries, tasks.STATE_DIM), goals[:, None, :])
+        first_free = jnp.argmax(~satisfied, axis=1)  # all satisfied (vanishingly rare): take try 0
+        balls = jnp.take_along_axis(layouts, first_free[:, None, None, None], axis=1)[:, 0]
+
+        state = EnvState(
+            balls=balls.astype(jnp.float32),
+            t=jnp.zeros((batch,), jnp.int32),
+            task=task,
+            instruction=instruction.astype(jnp.int32),
+            done=jnp.zeros((batch,), bool),
+            success=jnp.zeros((batch,), bool),
+        )
+        return self.observation_batch(state, params), state
+
+    def reset_batch(self, keys: jax.Array, params: EnvParams) -> tuple[jax.Array, EnvState]:
+        """Resets B environments with uniformly sampled tasks: keys (B,) → obs (B, 10+E), state."""
+        key_task = jax.vmap(lambda k: jax.random.fold_in(k, 0x7A5C))(keys)
+        task = jax.vmap(lambda k: jax.random.randint(k, (), 0, params.num_tasks))(key_task)
+        return self.reset_to_task_batch(keys, params, task)
+
+    def step_batch(
+        self, keys: jax.Array, state: EnvState, action: jax.Array, params: EnvParams
+    ) -> tuple[jax.Array, EnvState, jax.Array, jax.Array, dict[str, jax.Array]]:
+        """Steps B environments.
+
+        Args:
+          keys: (B,) PRNG keys (unused: deterministic physics).
+          state: batched :class:`EnvState` (leading B).
+          action: (B,) int32 in [0, 40).
+          params: the level's :class:`EnvParams`.
+        Returns:
+          obs (B, 10+E) float32, next state, reward (B,) float32, done (B,) bool,
+          info {"success": (B,) bool, "truncated": (B,) bool}.
+        """
+        del keys
+        batch = state.balls.shape[0]
+        action = jnp.asarray(action, jnp.int32)
+        chex.assert_shape(action, (batch,))
+        ball, direction = physics.decode_action(action)
+        pushed = physics.push(state.balls, ball, direction)
+        chex.assert_shape(pushed, (batch, tasks.N_BALLS, 2))
+        active = ~state.done
+        balls = jnp.where(active[:, None, None], pushed, state.balls)
+
+        goal = params.goals[state.task]
+        prev_vec = self.state_vector(state)
+        next_vec = balls.reshape(batch, tasks.STATE_DIM)
+        succeeded = tasks.success(prev_vec, action, next_vec, goal) & active
+        reward = jnp.where(active, tasks.reward(prev_vec, action, next_vec, goal), 0.0).astype(jnp.float32)
+        t = state.t + active.astype(jnp.int32)
+        truncated = active & ~succeeded & (t >= params.max_steps)
+        done = state.done | succeeded | truncated
+        next_state = state.replace(balls=balls, t=t, done=done, success=state.success | succeeded)
+        info = {"success": succeeded, "truncated": truncated}
+        return self.observation_batch(next_state, params), next_state, reward, done, info
+
+    # ------------------------------------------------------------------ single-environment views
+    def reset(self, key: jax.Array, params: EnvParams) -> tuple[jax.Array, EnvState]:
+        """One environment: key → obs (10+E,), state. Equals ``reset_batch(key[None])[i=0]``."""
+        return _take_first(self.reset_batch(jnp.asarray(key)[None], params))
+
+    def reset_to_task(
+        self, key: jax.Array, params: EnvParams, task: jax.Array | int, phrasing: jax.Array | int | None = None
+    ) -> tuple[jax.Array, EnvState]:
+        """One environment reset to a given task (and optionally phrasing position)."""
+        phr = None if phrasing is None else jnp.asarray(phrasing, jnp.int32)[None]
+        return _take_first(self.reset_to_task_batch(jnp.asarray(key)[None], params, jnp.asarray(task, jnp.int32)[None], phr))
+
+    def step(
+        self, key: jax.Array, state: EnvState, action: jax.Array | int, params: EnvParams
+    ) -> tuple[jax.Array, EnvState, jax.Array, jax.Array, dict[str, jax.Array]]:
+        """One environment step: obs (10+E,), state, reward (), done (), info. No auto-reset."""
+        out = self.step_batch(jnp.asarray(key)[None], _add_batch(state), jnp.asarray(action, jnp.int32)[None], params)
+        return _take_first(out)

@@ -1,0 +1,263 @@
+"""Scripted CLEVR-Robot expert: model-predictive greedy search with the true simulator.
+
+At every step the expert simulates all 40 pushes from the current layout with :func:`physics.push`
+(one batched call over ``B × 40`` candidates) and picks the action with the best *score*::
+
+    score(a) = progress(next_a, goal) + SUCCESS_BONUS · success(s, a, next_a, goal)
+               - WORKBENCH_WEIGHT · (distance of balls outside the safe box)
+
+``progress`` is a goal-specific potential (higher is better; see :func:`progress`). With
+``lookahead_width = k > 0``, an environment where greedy is stuck (no push improves the score) has its
+k best first actions expanded by a second push (40 each), and an action is scored by
+``max(score(a1), max_a2 score(a1, a2) - LOOKAHEAD_PENALTY)``, which gets the expert out of plateaus
+where no single push helps. The expansion runs (``lax.cond``) only for chunks holding a stuck
+environment.
+Scores get a little uniform tie-break noise, and with probability ``epsilon`` a uniformly random action
+replaces the expert's (data diversity; use 0 to measure success).
+
+Everything is pure, jit- and vmap-able, with explicit keys. The candidates are simulated in chunks of
+``chunk`` environments (``chunk × 40`` pushes per physics call), which keeps the physics kernel at the
+batch size where it is fastest on a CPU.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Final
+
+import chex
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from imaginejax.envs.clevr import physics
+from imaginejax.envs.clevr import tasks
+
+TARGET_HALF_ANGLE: Final[float] = math.radians(30.0)  # safe part of the ±45° relation sector
+TARGET_MIN: Final[float] = 0.28  # safe distances of A from B (contact is 0.26, the limit 0.39)
+TARGET_MAX: Final[float] = 0.34
+WAYPOINT_RADIUS: Final[float] = 0.34  # side waypoint used to walk A around B
+UNSATISFIED_PENALTY: Final[float] = 0.1  # extra cost of an unsatisfied sub-condition
+SUCCESS_BONUS: Final[float] = 100.0
+LOOKAHEAD_PENALTY: Final[float] = 0.02  # a two-push plan must beat a one-push plan by this much
+STUCK_TOLERANCE: Final[float] = 1e-3  # greedy is stuck when no push improves the score by more
+LINE_SLOPE: Final[float] = math.tan(math.radians(22.0))  # aim inside the ±30° cone
+LINE_SPACING: Final[float] = 0.30
+GATHER_TARGET: Final[float] = 0.29  # aim inside the 0.325 gather radius
+SAFE_MARGIN: Final[float] = 0.25  # the expert keeps balls within the layout box widened by this
+WORKBENCH_WEIGHT: Final[float] = 10.0
+
+
+@struct.dataclass
+class ExpertConfig:
+    """Expert hyperparameters (a pytree: epsilon and tie_noise may be traced; the rest is static).
+
+    Attributes:
+      epsilon: probability of replacing the expert's action by a uniformly random one.
+      tie_noise: amplitude of the uniform noise added to every candidate's score.
+      lookahead_width: 0 for pure greedy; k > 0: when no single push improves the score (greedy is
+        stuck), the k best first pushes are expanded by a second push.
+      chunk: environments per physics call (``chunk × 40`` candidate pushes).
+    """
+
+    epsilon: float = 0.0
+    tie_noise: float = 1e-4
+    lookahead_width: int = struct.field(pytree_node=False, default=8)
+    chunk: int = struct.field(pytree_node=False, default=32)
+
+
+def _workbench_excess(state: jax.Array) -> jax.Array:
+    """Total distance of balls beyond the safe box: (..., 10) → (...)."""
+    balls = tasks.balls_of(state)
+    low = jnp.asarray(tasks.LAYOUT_LOW) - SAFE_MARGIN
+    high = jnp.asarray(tasks.LAYOUT_HIGH) + SAFE_MARGIN
+    return (jnp.maximum(low - balls, 0.0) + jnp.maximum(balls - high, 0.0)).sum(axis=(-2, -1))
+
+
+def _clause_path_length(a_pos: jax.Array, b_pos: jax.Array, direction: jax.Array) -> jax.Array:
+    """Approximate travel of A into the safe part of the region "A is <direction> of B".
+
+    In polar coordinates around B relative to the direction's axis, the safe region is angles within
+    ±TARGET_HALF_ANGLE and distances in [TARGET_MIN, TARGET_MAX]; the target is its point nearest to A
+    (angle and radius clipped). When A is behind B (|angle| > 90°) the path goes around B through a side
+    waypoint at ``WAYPOINT_RADIUS``, instead of through B.
+
+    Args: a_pos, b_pos (..., 2); direction (...) int.
+    Returns: path length (...) and the target point (..., 2).
+    """
+    axis = jnp.asarray(tasks.RELATION_VECTORS)[direction]
+    normal = jnp.stack([-axis[..., 1], axis[..., 0]], axis=-1)
+    delta = a_pos - b_pos
+    along, across = (delta * axis).sum(-1), (delta * normal).sum(-1)
+    angle = jnp.arctan2(across, along)
+    radius = jnp.sqrt(along**2 + across**2)
+    t_angle = jnp.clip(angle, -TARGET_HALF_ANGLE, TARGET_HALF_ANGLE)
+    t_radius = jnp.clip(radius, TARGET_MIN, TARGET_MAX)
+    target = b_pos + t_radius[..., None] * (jnp.cos(t_angle)[..., None] * axis + jnp.sin(t_angle)[..., None] * normal)
+    side = jnp.where(angle >= 0, 1.0, -1.0)[..., None]
+    waypoint = b_pos + WAYPOINT_RADIUS * side * normal
+    direct = jnp.linalg.norm(a_pos - target, axis=-1)
+    around = jnp.linalg.norm(a_pos - waypoint, axis=-1) + jnp.linalg.norm(waypoint - target, axis=-1)
+    return jnp.where(jnp.abs(angle) > math.pi / 2, around, direct), target
+
+
+def progress(state: jax.Array, goal: jax.Array) -> jax.Array:
+    """Goal-specific progress potential (higher is better; 0 once every clause of a relational goal holds).
+
+    Args:
+      state: (..., 10) state vectors.
+      goal: (..., G) goal vectors.
+    Returns: (...) float32.
+
+    relational: Σ over unsatisfied clauses of -(path length of A into the safe part of its target
+    region next to B, around B when A is on the wrong side + 0.1), see :func:`_clause_path_length`;
+    line: Σ over the 4 consecutive pairs of the violation of "next ball ≥ 0.30 to the right and within
+    22° of +x" (+0.1 when the pair's sub-condition fails);
+    gather: Σ over the non-centre balls of -(max(0, |ball - centre| - 0.29) + 0.1 if outside 0.325);
+    push: 0 (success depends on the action only).
+    """
+    balls = tasks.balls_of(state)
+    kind = goal[..., 0]
+    satisfied, valid = tasks.subconditions(state, goal)
+    unsat = (valid & ~satisfied).astype(jnp.float32)  # (..., 4)
+
+    # Relational clauses: path length of A to the nearest "safe" point of its target region next to B.
+    a, b, d = tasks.clause_fields(goal)
+    balls_c = balls[..., None, :, :]
+    dist, _ = _clause_path_length(tasks.select_ball(balls_c, a), tasks.select_ball(balls_c, b), d)  # (..., 3)
+    unsat_c = unsat[..., : tasks.MAX_CLAUSES]
+    rel = -((dist + UNSATISFIED_PENALTY) * unsat_c).sum(-1)
+
+    # Line: consecutive pairs.
+    step = balls[..., 1:, :] - balls[..., :-1, :]
+    slope_violation = jnp.maximum(jnp.abs(step[..., 1]) - LINE_SLOPE * jnp.maximum(step[..., 0], 0.0), 0.0)
+    spacing_violation = jnp.maximum(LINE_SPACING - step[..., 0], 0.0)
+    line = -(slope_violation + spacing_violation + UNSATISFIED_PENALTY * unsat).sum(-1)
+
+    # Gather: distances to the centre ball.
+    centre = tasks.select_ball(balls, goal[..., 2])[..., None, :]
+    radial = jnp.linalg.norm(balls - centre, axis=-1)  # (..., 5); the centre itself is 0
+    gather = -(jnp.maximum(radial - GATHER_TARGET, 0.0).sum(-1) + UNSATISFIED_PENALTY * unsat.sum(-1))
+
+    out = jnp.where(kind == tasks.KIND_RELATIONAL, rel, jnp.where(kind == tasks.KIND_LINE, line, jnp.where(kind == tasks.KIND_GATHER, gather, 0.0)))
+    return out.astype(jnp.float32)
+
+
+def score(prev_state: jax.Array, action: jax.Array, next_state: jax.Array, goal: jax.Array) -> jax.Array:
+    """Expert score of a simulated transition: (..., 10), (...), (..., 10), (..., G) → (...) float32."""
+    bonus = SUCCESS_BONUS * tasks.success(prev_state, action, next_state, goal).astype(jnp.float32)
+    return progress(next_state, goal) + bonus - WORKBENCH_WEIGHT * _workbench_excess(next_state)
+
+
+def _push_all(balls: jax.Array) -> jax.Array:
+    """All 40 pushes from each layout: balls (B, 5, 2) → (B, 40, 5, 2)."""
+    batch = balls.shape[0]
+    actions = jnp.tile(jnp.arange(tasks.NUM_ACTIONS, dtype=jnp.int32), batch)
+    ball, direction = physics.decode_action(actions)
+    flat = jnp.repeat(balls, tasks.NUM_ACTIONS, axis=0)
+    return physics.push(flat, ball, direction).reshape(batch, tasks.NUM_ACTIONS, tasks.N_BALLS, 2)
+
+
+def _plan_chunk(balls: jax.Array, goal: jax.Array, noise: jax.Array, lookahead_width: int) -> jax.Array:
+    """Scores of the 40 first actions for a chunk of environments.
+
+    Args:
+      balls: (C, 5, 2); goal: (C, G); noise: (C, 40) tie-break noise.
+    Returns: (C, 40) float32 scores.
+    """
+    c = balls.shape[0]
+    actions = jnp.arange(tasks.NUM_ACTIONS, dtype=jnp.int32)
+    first = _push_all(balls)  # (C, 40, 5, 2)
+    prev_vec = balls.reshape(c, 1, tasks.STATE_DIM)
+    first_vec = first.reshape(c, tasks.NUM_ACTIONS, tasks.STATE_DIM)
+    goal_c = goal[:, None, :]
+    first_score = score(prev_vec, actions[None], first_vec, goal_c) + noise
+    if lookahead_width <= 0:
+        return first_score
+    # Greedy is stuck when no push improves on staying put: only then expand a second push.
+    current = score(prev_vec[:, 0], jnp.zeros((c,), jnp.int32), prev_vec[:, 0], goal)
+    current = jnp.where(goal[:, 0] == tasks.KIND_PUSH, -jnp.inf, current)
+    # A layout that already satisfies its goal (a finished, frozen episode) is not stuck.
+    solved = tasks.state_satisfied(prev_vec[:, 0], goal)
+    stuck = (first_score.max(-1) <= current + STUCK_TOLERANCE) & ~solved
+    return jax.lax.cond(
+        jnp.any(stuck),
+        lambda: jnp.where(stuck[:, None], _lookahead(first, first_score, prev_vec, goal, lookahead_width), first_score),
+        lambda: first_score,
+    )
+
+
+def _lookahead(first: jax.Array, first_score: jax.Array, prev_vec: jax.Array, goal: jax.Array, width: int) -> jax.Array:
+    """Two-push scores: the ``width`` best first pushes are expanded by all 40 second pushes.
+
+    Args:
+      first: (C, 40, 5, 2) layouts after each first push; first_score: (C, 40); prev_vec: (C, 1, 10);
+      goal: (C, G).
+    Returns: (C, 40) scores ``max(first, best second - LOOKAHEAD_PENALTY)`` (unexpanded: first).
+    """
+    c = first.shape[0]
+    actions = jnp.arange(tasks.NUM_ACTIONS, dtype=jnp.int32)
+    first_vec = first.reshape(c, tasks.NUM_ACTIONS, tasks.STATE_DIM)
+    succeeded = tasks.success(prev_vec, actions[None], first_vec, goal[:, None, :])
+    ranked = jnp.where(succeeded, -jnp.inf, first_score)
+    _, top = jax.lax.top_k(ranked, width)  # (C, k)
+    mids = jnp.take_along_axis(first, top[:, :, None, None], axis=1)  # (C, k, 5, 2)
+    second = _push_all(mids.reshape(c * width, tasks.N_BALLS, 2))
+    second_vec = second.reshape(c, width, tasks.NUM_ACTIONS, tasks.STATE_DIM)
+    mid_vec = mids.reshape(c, width, 1, tasks.STATE_DIM)
+    second_score = score(mid_vec, actions[None, None], second_vec, goal[:, None, None, :])
+    best_second = second_score.max(-1) - LOOKAHEAD_PENALTY  # (C, k)
+    expanded = jnp.full_like(first_score, -jnp.inf)
+    expanded = jax.vmap(lambda row, idx, val: row.at[idx].set(val))(expanded, top, best_second)
+    return jnp.maximum(first_score, expanded)
+
+
+def expert_actions(key: jax.Array, balls: jax.Array, goal: jax.Array, config: ExpertConfig = ExpertConfig()) -> jax.Array:
+    """Expert actions for a batch of environments.
+
+    Args:
+      key: PRNG key.
+      balls: (B, 5, 2) current ball positions.
+      goal: (B, G) int32 goal vectors.
+      config: :class:`ExpertConfig`.
+    Returns: (B,) int32 actions in [0, 40).
+    """
+    batch = balls.shape[0]
+    chex.assert_shape(balls, (batch, tasks.N_BALLS, 2))
+    chex.assert_shape(goal, (batch, tasks.GOAL_DIM))
+    key_noise, key_eps, key_rand = jax.random.split(key, 3)
+    noise = config.tie_noise * jax.random.uniform(key_noise, (batch, tasks.NUM_ACTIONS))
+
+    chunk = max(1, min(config.chunk, batch))
+    n_chunks = -(-batch // chunk)
+    pad = n_chunks * chunk - batch
+
+    def padded(x: jax.Array) -> jax.Array:
+        x = jnp.concatenate([x, jnp.repeat(x[:1], pad, axis=0)], axis=0) if pad else x
+        return x.reshape((n_chunks, chunk) + x.shape[1:])
+
+    scores = jax.lax.map(
+        lambda args: _plan_chunk(*args, lookahead_width=config.lookahead_width),
+        (padded(balls), padded(goal), padded(noise)),
+    ).reshape(n_chunks * chunk, tasks.NUM_ACTIONS)[:batch]
+    greedy = jnp.argmax(scores, axis=-1).astype(jnp.int32)
+    random = jax.random.randint(key_rand, (batch,), 0, tasks.NUM_ACTIONS, jnp.int32)
+    explore = jax.random.uniform(key_eps, (batch,)) < config.epsilon
+    return jnp.where(explore, random, greedy)
+
+
+Policy = Callable[..., jax.Array]
+
+
+def make_policy(config: ExpertConfig = ExpertConfig()) -> Policy:
+    """The expert as a collection policy ``policy(key, obs, state, params) -> actions (B,)``.
+
+    ``obs`` is unused: the expert reads the true ball positions and the task's goal from the batched
+    environment state (``state.balls`` (B, 5, 2), ``params.goals[state.task]``).
+    """
+
+    def policy(key: jax.Array, obs: jax.Array, state, params) -> jax.Array:
+        del obs
+        return expert_actions(key, state.balls, params.goals[state.task], config)
+
+    return policy
