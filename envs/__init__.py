@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-ENV_LEVELS: dict[str, tuple[str, ...]] = {"clevr": ("train", "rephrase", "easy", "hard")}
+ENV_LEVELS: dict[str, tuple[str, ...]] = {
+    "clevr": ("train", "rephrase", "easy", "hard"),
+    "babyai": ("train", "rephrase", "easy", "hard"),
+}
 
 
 def _make_clevr(level: str, embed: bool) -> tuple[Any, Any]:
@@ -17,7 +20,13 @@ def _make_clevr(level: str, embed: bool) -> tuple[Any, Any]:
     return CLEVRRobot(), make_params(level, embed=embed)
 
 
-_FACTORIES: dict[str, Callable[[str, bool], tuple[Any, Any]]] = {"clevr": _make_clevr}
+def _make_babyai(level: str, embed: bool) -> tuple[Any, Any]:
+    from imaginejax.envs.babyai.env import BabyAI, make_params
+
+    return BabyAI(), make_params(level, embed=embed)
+
+
+_FACTORIES: dict[str, Callable[[str, bool], tuple[Any, Any]]] = {"clevr": _make_clevr, "babyai": _make_babyai}
 
 
 def registered() -> tuple[str, ...]:

@@ -36,6 +36,7 @@ from imaginejax.data import (LEVELS, TrajectoryDataset, concat_transitions, load
                              to_transitions)
 from imaginejax.data.collect import collect
 from imaginejax.engine import EngineConfig, TrainResult, make_train
+from imaginejax.evaluation import evaluate
 from imaginejax.envs.clevr.expert import ExpertConfig, make_policy
 from imaginejax.paths import cache_root
 
@@ -71,10 +72,25 @@ def cached_expert_data(level: str, num: int, seed: int, epsilon: float, root: Pa
     return ds
 
 
-def format_table(result: TrainResult, row_names: list[str], rows: list[np.ndarray]) -> str:
+def random_policy_success(eval_levels: dict, num_actions: int, episodes: int, seeds: int) -> dict:
+    """Success rate of a uniformly random policy per level: (seeds,) per level, same protocol as BC."""
+    out = {}
+    for level, (env, params) in eval_levels.items():
+        policy = lambda obs, key: jax.random.randint(key, obs.shape[:1], 0, num_actions)
+        run = jax.jit(jax.vmap(lambda k: evaluate(policy, env, params, k, episodes).success_rate))
+        out[level] = np.asarray(run(jax.random.split(jax.random.PRNGKey(7), seeds)))
+    return out
+
+
+def format_table(result: TrainResult, row_names: list[str], rows: list[np.ndarray],
+                 random_success: dict | None = None) -> str:
     """Markdown table of final success rates: one row per group of runs, mean ± std over its seeds."""
     head = "| data | " + " | ".join(LEVELS) + " |\n|---|" + "---:|" * len(LEVELS) + "\n"
     lines = []
+    if random_success is not None:
+        lines.append("| random policy (reference point) | " + " | ".join(
+            f"{100 * random_success[lv].mean():.1f} ± {100 * random_success[lv].std():.1f}" for lv in LEVELS
+        ) + " |")
     for name, idx in zip(row_names, rows):
         cells = []
         for level in LEVELS:
@@ -132,7 +148,8 @@ def main(argv: list[str] | None = None) -> dict:
     _log("3/3 results")
     names = ["real (train goals) only", "real + oracle novel-level data, 50/50"]
     rows = [np.arange(args.seeds), np.arange(args.seeds, runs)]
-    table = format_table(result, names, rows)
+    table = format_table(result, names, rows,
+                         random_policy_success(eval_levels, spec.action_dim, args.eval_episodes, args.seeds))
     print(f"\nBC success rate (%) on CLEVR-Robot, mean ± std over {args.seeds} seeds, "
           f"{args.updates} updates, {args.eval_episodes} episodes per level:\n")
     print(table)

@@ -1,0 +1,372 @@
+"""BabyAI (one room with a door, a ball, a box and a key) as a pure, gymnax-style JAX environment.
+
+API (all pure; ``params`` is a pytree holding the level's task table)::
+
+    env, params = imaginejax.envs.make("babyai", level)           # or make_params(level)
+    obs, state = env.reset(key, params)                           # obs (17+E,)
+    obs, state, reward, done, info = env.step(key, state, action, params)
+    obs, state = env.reset_batch(keys, params)                    # keys (B, 2) → obs (B, 17+E)
+    obs, state, reward, done, info = env.step_batch(keys, states, actions, params)   # actions (B,)
+    obs, state = env.reset_to_task(key, params, task)             # evaluation of a given task
+    obs, state = env.reset_to_task_batch(keys, params, tasks, phrasing=None)
+
+The batched kernels are the implementation (the world lives in :class:`grid.Grid`, 17 int32 fields of
+shape (B,), so every rule is elementwise along the batch); ``reset`` / ``step`` are thin
+single-environment views of them (a batch of one).
+
+Semantics:
+
+* Observation = state (17,) as float32 ⊕ instruction embedding (E,), E =
+  ``params.instruction_embeddings.shape[1]`` (0 when made with ``embed=False``).
+* Reset samples a task uniformly (``reset_batch``) or takes the given one, one of its phrasings
+  uniformly, and a world (:func:`sample_grid`): colours uniform among the six, except the ones the goal
+  names (for "pick up the key, then open the locked door" the key gets the door's colour); the door on
+  the east wall at a uniform row, *locked* for the unlock task, *closed* for the tasks that open it, open
+  or closed with probability 1/2 otherwise; the three objects on distinct uniform cells; the agent on a
+  uniform object-free cell — among ``params.reset_tries`` object layouts × 36 agent cells, a uniform
+  candidate whose state does not already satisfy the goal is kept (jit-able, no data-dependent loop).
+  The agent starts with empty hands.
+* An episode ends when the goal succeeds (``info["success"]``, a true terminal) or when ``t`` reaches
+  ``params.max_steps`` = 128 (``info["truncated"]``). There is **no auto-reset**: stepping a finished
+  episode keeps its state frozen and returns reward 0, ``done = True``, ``success = truncated = False``
+  (those flags mark only the step that ended the episode; ``state.success`` stays True after a success).
+* Reward: :func:`tasks.reward_grid` (success: ``1 - 0.9 t / T``; otherwise 0.1 × decrease of the task's
+  Manhattan distance to go).
+* The step's key is unused (the dynamics are deterministic) but kept for the gymnax signature.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from imaginejax.envs.babyai import grid as G
+from imaginejax.envs.babyai import instructions as instr
+from imaginejax.envs.babyai import tasks
+
+ENV_NAME: Final[str] = "babyai"
+DEFAULT_RESET_TRIES: Final[int] = 4
+
+
+@struct.dataclass
+class EnvParams:
+    """A level's task table (a pytree; the int/str fields are static).
+
+    Attributes:
+      goals: (K, G) int32 goal vectors, G = :data:`tasks.GOAL_DIM` = 7.
+      phrasing_ids: (K, P) int32 ids into the level's instruction table; row k's first
+        ``phrasing_counts[k]`` entries are valid, the rest are -1.
+      phrasing_counts: (K,) int32.
+      instruction_embeddings: (M, E) float32, row m embeds instruction m (E may be 0).
+      max_steps: episode cap (static, 128).
+      level: level name (static).
+      reset_tries: object layouts drawn at reset (static).
+    """
+
+    goals: jax.Array
+    phrasing_ids: jax.Array
+    phrasing_counts: jax.Array
+    instruction_embeddings: jax.Array
+    max_steps: int = struct.field(pytree_node=False, default=tasks.MAX_STEPS)
+    level: str = struct.field(pytree_node=False, default="train")
+    reset_tries: int = struct.field(pytree_node=False, default=DEFAULT_RESET_TRIES)
+
+    @property
+    def num_tasks(self) -> int:
+        return int(self.goals.shape[0])
+
+    @property
+    def embed_dim(self) -> int:
+        return int(self.instruction_embeddings.shape[1])
+
+
+@struct.dataclass
+class EnvState:
+    """Environment state; every leaf gets a leading (B,) axis in the batched kernels.
+
+    Attributes:
+      grid: :class:`grid.Grid`, the world (17 int32 fields).
+      t: () int32 steps taken in this episode.
+      task: () int32 row of ``params.goals``.
+      instruction: () int32 id into the level's instruction table.
+      done: () bool, the episode has ended (success or time limit).
+      success: () bool, the episode has ended in success (sticky).
+    """
+
+    grid: G.Grid
+    t: jax.Array
+    task: jax.Array
+    instruction: jax.Array
+    done: jax.Array
+    success: jax.Array
+
+
+def make_params(level: str, *, embed: bool = True, reset_tries: int = DEFAULT_RESET_TRIES) -> EnvParams:
+    """Builds the :class:`EnvParams` of a level.
+
+    Args:
+      level: "train", "rephrase", "easy" or "hard".
+      embed: embed the instruction table with :func:`imaginejax.lang.encode_instructions` (384-d);
+        when False the embeddings are (M, 0) and observations are the bare 17-d state.
+      reset_tries: object layouts drawn at reset.
+    """
+    goals = tasks.level_goals(level)
+    table, phrasing_ids, counts = instr.level_instruction_table(level)
+    if embed:
+        from imaginejax.lang import encode_instructions  # lazy: loads the sentence encoder
+
+        embeddings = np.asarray(encode_instructions(list(table)), np.float32)
+    else:
+        embeddings = np.zeros((len(table), 0), np.float32)
+    chex.assert_shape(embeddings, (len(table), None))
+    return EnvParams(
+        goals=jnp.asarray(goals, jnp.int32),
+        phrasing_ids=jnp.asarray(phrasing_ids, jnp.int32),
+        phrasing_counts=jnp.asarray(counts, jnp.int32),
+        instruction_embeddings=jnp.asarray(embeddings, jnp.float32),
+        max_steps=tasks.level_max_steps(level),
+        level=level,
+        reset_tries=reset_tries,
+    )
+
+
+# ---------------------------------------------------------------------------------------------------
+# Initial worlds
+# ---------------------------------------------------------------------------------------------------
+def sample_grid(key: jax.Array, goal: jax.Array, tries: int = DEFAULT_RESET_TRIES) -> G.Grid:
+    """One initial world for a goal (see the module docstring for the distribution).
+
+    Args:
+      key: PRNG key.
+      goal: (G,) int32 goal vector.
+      tries: object layouts drawn; each is combined with all 36 agent cells.
+    Returns: :class:`grid.Grid` with () fields. If no candidate avoids the goal (vanishingly rare with
+      the default tries) the first candidate is kept.
+    """
+    # One draw of random bits serves every choice (one threefry kernel keeps compilation short).
+    n_cells = tries * G.NUM_CELLS
+    bits = jax.random.bits(key, (6 + 2 * n_cells,), jnp.uint32)
+    uniform = lambda b: (b >> 8).astype(jnp.float32) * (1.0 / (1 << 24))  # noqa: E731  [0, 1)
+    below = lambda b, n: (b % jnp.uint32(n)).astype(jnp.int32)  # noqa: E731  bias < 2e-9 for n <= 6
+    g = tasks.goal_fields(goal)
+    colours = below(bits[:4], G.NUM_COLOURS)
+    uses_a = tasks.is_kind(g.kind, tasks.KINDS_WITH_OBJECT_A) & (g.colour_a != tasks.ANY_COLOUR)
+    uses_b = tasks.is_kind(g.kind, tasks.KINDS_WITH_OBJECT_B) & (g.colour_b != tasks.ANY_COLOUR)
+    uses_door = tasks.is_kind(g.kind, tasks.KINDS_WITH_DOOR) & (g.door_colour != tasks.ANY_COLOUR)
+    door_colour = jnp.where(uses_door, g.door_colour, colours[3])
+    unlock = g.kind == tasks.KIND_UNLOCK
+    obj_colour = []
+    for s, obj in enumerate(G.OBJECTS):
+        c = jnp.where(uses_b & (g.object_b == obj), g.colour_b, colours[s])
+        c = jnp.where(uses_a & (g.object_a == obj), g.colour_a, c)
+        if obj == G.KEY:
+            c = jnp.where(unlock, door_colour, c)
+        obj_colour.append(c)
+    door_y = G.ROOM_MIN + below(bits[4], G.ROOM_SIZE)
+    coin = (bits[5] & jnp.uint32(1)) == 1
+    needs_closed = tasks.is_kind(g.kind, (tasks.KIND_OPEN, tasks.KIND_OPEN_GO_TO, tasks.KIND_OPEN_PICK_UP))
+    door_state = jnp.where(unlock, G.LOCKED, jnp.where(needs_closed | coin, G.CLOSED, G.OPEN)).astype(jnp.int32)
+
+    # tries × 3 distinct object cells, combined with every agent cell.
+    cell_noise = uniform(bits[6 : 6 + n_cells]).reshape(tries, G.NUM_CELLS)
+    _, cells = jax.lax.top_k(cell_noise, G.NUM_OBJECTS)  # (R, 3) distinct cells
+    obj_x = (cells % G.ROOM_SIZE + G.ROOM_MIN)[:, :, None]  # (R, 3, 1)
+    obj_y = (cells // G.ROOM_SIZE + G.ROOM_MIN)[:, :, None]
+    agent = jnp.arange(G.NUM_CELLS, dtype=jnp.int32)
+    agent_x = (agent % G.ROOM_SIZE + G.ROOM_MIN)[None, :]  # (1, 36)
+    agent_y = (agent // G.ROOM_SIZE + G.ROOM_MIN)[None, :]
+    shape = (tries, G.NUM_CELLS)
+    full = lambda v: jnp.broadcast_to(jnp.asarray(v, jnp.int32), shape)  # noqa: E731
+    candidates = G.Grid(
+        colour=tuple(full(c) for c in obj_colour),  # type: ignore[arg-type]
+        x=tuple(full(obj_x[:, s]) for s in range(G.NUM_OBJECTS)),  # type: ignore[arg-type]
+        y=tuple(full(obj_y[:, s]) for s in range(G.NUM_OBJECTS)),  # type: ignore[arg-type]
+        door_colour=full(door_colour),
+        door_x=full(G.DOOR_X),
+        door_y=full(door_y),
+        door_state=full(door_state),
+        agent_x=full(agent_x),
+        agent_y=full(agent_y),
+        carried=full(G.NOTHING),
+        carried_colour=full(0),
+    )
+    on_object = jnp.any((obj_x == agent_x[:, None]) & (obj_y == agent_y[:, None]), axis=1)  # (R, 36)
+    valid = ~on_object & ~tasks.success_grid(candidates, g)
+    score = jnp.where(valid, uniform(bits[6 + n_cells :]).reshape(shape), -1.0)
+    pick = jnp.argmax(score.reshape(-1))
+    layout, cell = pick // G.NUM_CELLS, pick % G.NUM_CELLS
+    i32 = lambda v: jnp.asarray(v, jnp.int32)  # noqa: E731
+    return G.Grid(
+        colour=tuple(i32(c) for c in obj_colour),  # type: ignore[arg-type]
+        x=tuple(obj_x[layout, s, 0] for s in range(G.NUM_OBJECTS)),  # type: ignore[arg-type]
+        y=tuple(obj_y[layout, s, 0] for s in range(G.NUM_OBJECTS)),  # type: ignore[arg-type]
+        door_colour=i32(door_colour),
+        door_x=i32(G.DOOR_X),
+        door_y=door_y,
+        door_state=door_state,
+        agent_x=(cell % G.ROOM_SIZE + G.ROOM_MIN).astype(jnp.int32),
+        agent_y=(cell // G.ROOM_SIZE + G.ROOM_MIN).astype(jnp.int32),
+        carried=i32(G.NOTHING),
+        carried_colour=i32(0),
+    )
+
+
+def _take_first(tree: Any) -> Any:
+    return jax.tree.map(lambda x: x[0], tree)
+
+
+def _add_batch(tree: Any) -> Any:
+    return jax.tree.map(lambda x: jnp.asarray(x)[None], tree)
+
+
+class BabyAI:
+    """BabyAI single room: Discrete(7) absolute actions, language-conditioned goals (module docstring).
+
+    The object holds no state and no level: everything level-specific lives in :class:`EnvParams`.
+    """
+
+    name: Final[str] = ENV_NAME
+    state_dim: Final[int] = tasks.STATE_DIM
+    num_actions: Final[int] = tasks.NUM_ACTIONS
+    goal_dim: Final[int] = tasks.GOAL_DIM
+    discrete: Final[bool] = True
+    levels: Final[tuple[str, ...]] = tasks.LEVELS
+
+    # Public pure predicates on state vectors (broadcast over leading dims; see tasks.py).
+    success = staticmethod(tasks.success)
+    reward = staticmethod(tasks.reward)
+    legal = staticmethod(tasks.legal)
+
+    # ------------------------------------------------------------------ metadata
+    @staticmethod
+    def instructions(level: str) -> tuple[str, ...]:
+        """The instruction table (M strings) of a level; ``state.instruction`` indexes it."""
+        return instr.level_instructions(level)
+
+    @staticmethod
+    def default_params(level: str = "train", *, embed: bool = True) -> EnvParams:
+        return make_params(level, embed=embed)
+
+    @staticmethod
+    def obs_dim(params: EnvParams) -> int:
+        """Observation width 17 + E."""
+        return tasks.STATE_DIM + params.embed_dim
+
+    # ------------------------------------------------------------------ views
+    @staticmethod
+    def state_vector(state: EnvState) -> jax.Array:
+        """State(s) → (..., 17) float32 state vectors."""
+        return G.to_vector(state.grid)
+
+    @staticmethod
+    def goal_of(state: EnvState, params: EnvParams) -> jax.Array:
+        """Goal vector(s) of the state's task: (..., G) int32."""
+        return params.goals[state.task]
+
+    def observation_batch(self, state: EnvState, params: EnvParams) -> jax.Array:
+        """(B,) states → (B, 17 + E) float32 observations (state ⊕ instruction embedding)."""
+        vec = self.state_vector(state)
+        if params.embed_dim == 0:
+            return vec
+        emb = params.instruction_embeddings[state.instruction]
+        return jnp.concatenate([vec, emb], axis=-1).astype(jnp.float32)
+
+    # ------------------------------------------------------------------ batched kernels
+    def reset_to_task_batch(
+        self, keys: jax.Array, params: EnvParams, task: jax.Array, phrasing: jax.Array | None = None
+    ) -> tuple[jax.Array, EnvState]:
+        """Resets B environments to given tasks.
+
+        Args:
+          keys: (B,) PRNG keys (raw (B, 2) uint32 or typed).
+          params: the level's :class:`EnvParams`.
+          task: (B,) int32 task rows.
+          phrasing: optional (B,) int32 position within each task's phrasing list (taken modulo its
+            count); sampled uniformly when None.
+        Returns: observations (B, 17+E) and the batched state.
+        """
+        batch = keys.shape[0]
+        task = jnp.broadcast_to(jnp.asarray(task, jnp.int32), (batch,))
+        chex.assert_shape(task, (batch,))
+        key_world = jax.vmap(lambda k: jax.random.fold_in(k, 1))(keys)
+        counts = params.phrasing_counts[task]
+        if phrasing is None:
+            bits = jax.vmap(lambda k: jax.random.bits(k, (), jnp.uint32))(keys)
+            phrasing = (bits % counts.astype(jnp.uint32)).astype(jnp.int32)  # bias < 1e-8 for P <= 40
+        phrasing = jnp.broadcast_to(jnp.asarray(phrasing, jnp.int32), (batch,)) % counts
+        instruction = params.phrasing_ids[task, phrasing]
+        goals = params.goals[task]
+        grid = jax.vmap(lambda k, g: sample_grid(k, g, params.reset_tries))(key_world, goals)
+        state = EnvState(
+            grid=grid,
+            t=jnp.zeros((batch,), jnp.int32),
+            task=task,
+            instruction=instruction.astype(jnp.int32),
+            done=jnp.zeros((batch,), bool),
+            success=jnp.zeros((batch,), bool),
+        )
+        return self.observation_batch(state, params), state
+
+    def reset_batch(self, keys: jax.Array, params: EnvParams) -> tuple[jax.Array, EnvState]:
+        """Resets B environments with uniformly sampled tasks: keys (B,) → obs (B, 17+E), state."""
+        bits = jax.vmap(lambda k: jax.random.bits(jax.random.fold_in(k, 2), (), jnp.uint32))(keys)
+        task = (bits % jnp.uint32(params.num_tasks)).astype(jnp.int32)  # bias < 1e-7 for K <= 78
+        return self.reset_to_task_batch(keys, params, task)
+
+    def step_batch(
+        self, keys: jax.Array, state: EnvState, action: jax.Array, params: EnvParams
+    ) -> tuple[jax.Array, EnvState, jax.Array, jax.Array, dict[str, jax.Array]]:
+        """Steps B environments.
+
+        Args:
+          keys: (B,) PRNG keys (unused: deterministic dynamics).
+          state: batched :class:`EnvState` (leading B).
+          action: (B,) int32 in [0, 7).
+          params: the level's :class:`EnvParams`.
+        Returns:
+          obs (B, 17+E) float32, next state, reward (B,) float32, done (B,) bool,
+          info {"success": (B,) bool, "truncated": (B,) bool}.
+        """
+        del keys
+        batch = state.t.shape[0]
+        action = jnp.asarray(action, jnp.int32)
+        chex.assert_shape(action, (batch,))
+        active = ~state.done
+        moved = G.step(state.grid, action)
+        grid = jax.tree.map(lambda new, old: jnp.where(active, new, old), moved, state.grid)
+        goal = tasks.goal_fields(params.goals[state.task])
+        t = state.t + active.astype(jnp.int32)
+        succeeded = tasks.success_grid(grid, goal) & active
+        reward = tasks.reward_grid(state.grid, grid, goal, t, params.max_steps)
+        reward = jnp.where(active, reward, 0.0).astype(jnp.float32)
+        truncated = active & ~succeeded & (t >= params.max_steps)
+        done = state.done | succeeded | truncated
+        next_state = state.replace(grid=grid, t=t, done=done, success=state.success | succeeded)
+        info = {"success": succeeded, "truncated": truncated}
+        return self.observation_batch(next_state, params), next_state, reward, done, info
+
+    # ------------------------------------------------------------------ single-environment views
+    def reset(self, key: jax.Array, params: EnvParams) -> tuple[jax.Array, EnvState]:
+        """One environment: key → obs (17+E,), state. Equals ``reset_batch(key[None])[i=0]``."""
+        return _take_first(self.reset_batch(jnp.asarray(key)[None], params))
+
+    def reset_to_task(
+        self, key: jax.Array, params: EnvParams, task: jax.Array | int, phrasing: jax.Array | int | None = None
+    ) -> tuple[jax.Array, EnvState]:
+        """One environment reset to a given task (and optionally phrasing position)."""
+        phr = None if phrasing is None else jnp.asarray(phrasing, jnp.int32)[None]
+        return _take_first(
+            self.reset_to_task_batch(jnp.asarray(key)[None], params, jnp.asarray(task, jnp.int32)[None], phr)
+        )
+
+    def step(
+        self, key: jax.Array, state: EnvState, action: jax.Array | int, params: EnvParams
+    ) -> tuple[jax.Array, EnvState, jax.Array, jax.Array, dict[str, jax.Array]]:
+        """One environment step: obs (17+E,), state, reward (), done (), info. No auto-reset."""
+        out = self.step_batch(jnp.asarray(key)[None], _add_batch(state), jnp.asarray(action, jnp.int32)[None], params)
+        return _take_first(out)

@@ -1,0 +1,515 @@
+"""BabyAI goals, goal encoding, task tables and the pure success / reward / legality predicates.
+
+Everything here is plain JAX on *state vectors* ``(..., 17)`` (see :mod:`grid` for the encoding) or on
+:class:`grid.Grid` fields, elementwise over any leading shape ``...``; the same functions score the
+simulator, the real data and imaginer-generated rollouts.
+
+Goal vector: int32 of width :data:`GOAL_DIM` = 7, one layout for every kind, so one compiled function
+serves all tasks of a level::
+
+    [kind, object_a, colour_a, object_b, colour_b, door_colour, wall_side]
+
+Objects use the type codes (1 ball, 2 box, 3 key); colours 0..5, or :data:`ANY_COLOUR` (6) for "any
+colour"; wall sides 0 west, 1 east, 2 north, 3 south, 4 any wall. Slots a kind does not read are 0.
+
+Kinds and success (all on the *next* state; "X" is object_a of colour colour_a, "Y" object_b of
+colour_b; "on the floor" = not carried; d = Manhattan distance):
+
+========================== ======================================================================
+train / rephrase
+``GO_TO`` (0)              X on the floor and d(agent, X) <= 1: the agent stands on X's cell or on
+                           one of its four neighbours ("go to" = next to or on; objects can be
+                           walked over, so both count).
+``OPEN`` (1)               the door (of colour door_colour) is open.
+``PICK_UP`` (2)            the agent carries X.
+``PUT_NEXT`` (3)           X and Y both on the floor and 4-adjacent (d(X, Y) = 1).
+easy
+``OPEN_GO_TO`` (4)         the door is open and GO_TO X holds.
+``OPEN_PICK_UP`` (5)       the door is open and the agent carries X (either order of the two steps;
+                           unlike the reference, whose inverted check can never succeed).
+``GO_TO_WALL`` (6)         the agent is on an interior cell along the wall of ``wall_side``
+                           (west x = 1, east x = 6, north y = 1, south y = 6; "any": one of them).
+``GO_TO_CENTRE`` (7)       the agent is on one of the 4 centre cells, x, y ∈ {3, 4}.
+hard
+``UNLOCK`` (8)             the door is open and the agent carries the key of the door's colour (the
+                           door starts locked, so it was unlocked with the key).
+``LINE`` (9)               the three objects on the floor, on distinct cells, sharing a row or a column.
+``PILE`` (10)              the three objects on the floor, on distinct cells, with at least two
+                           4-adjacent pairs and not collinear: on a grid this is exactly "all three
+                           inside one 2 × 2 block" (an L-tromino).
+========================== ======================================================================
+
+Reward of a transition ``(s, a) → s'`` at step ``t`` (1-based: the number of steps taken including this
+one) of an episode capped at ``T`` = 128 steps::
+
+    r = 1 - 0.9 · t / T                           if s' succeeds
+    r = SHAPING_SCALE · (φ(s) - φ(s'))            otherwise  (SHAPING_SCALE = 0.1)
+
+where φ is a task-specific Manhattan "distance to go" (in grid steps, >= 0, 0 on success), computed
+with effective positions (a carried object is where the agent is), see :func:`potential`:
+
+* GO_TO: max(d(agent, X) - 1, 0) + [X carried];
+* OPEN: if the door is not open, max(d(agent, door) - 1, 0) + 1, else 0;
+* PICK_UP: 0 if carrying X, else d(agent, X) + 1 + [carrying another object];
+* PUT_NEXT: [Y carried] + (if carrying X: max(d(agent, Y) - 1, 0) + 1,
+  else d(agent, X) + 1 + max(d(X, Y) - 1, 0) + 1 + [carrying another object]);
+* OPEN_GO_TO / OPEN_PICK_UP: while the door is not open, the door term plus the GO_TO / PICK_UP term
+  measured from the cell in front of the door; afterwards the GO_TO / PICK_UP potential;
+* GO_TO_WALL: the agent's distance to that wall's line of cells (any: the nearest one);
+  GO_TO_CENTRE: the agent's distance to the 2 × 2 centre block;
+* UNLOCK: [not carrying the key] · (d(agent, key) + 1 + [carrying another object])
+  + [door not open] · (max(d(P, door) - 1, 0) + 1), P = the agent if it carries the key, else the key;
+* LINE: min(W, H) + #carried, with W, H the x- and y-extent of the three objects;
+* PILE: |W - 1| + |H - 1| + #carried.
+
+Legality (:func:`legal`): integral finite values; colours in 0..5; every object either on an interior
+cell or — exactly the carried one — at (0, 0); floor objects on distinct cells; carried colour equal to
+the carried object's colour (0 with empty hands); door at x = 7, y ∈ [1, 6], state ∈ {0, 1, 2}; agent in
+the interior.
+"""
+
+from __future__ import annotations
+
+from typing import Final, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from imaginejax.envs.babyai import grid as G
+
+STATE_DIM: Final[int] = G.STATE_DIM
+NUM_ACTIONS: Final[int] = G.NUM_ACTIONS
+LEVELS: Final[tuple[str, ...]] = ("train", "rephrase", "easy", "hard")
+MAX_STEPS: Final[int] = 128
+SUCCESS_REWARD: Final[float] = 1.0
+SUCCESS_TIME_PENALTY: Final[float] = 0.9
+SHAPING_SCALE: Final[float] = 0.1
+
+# ---------------------------------------------------------------------------------------------------
+# Goal encoding
+# ---------------------------------------------------------------------------------------------------
+(
+    KIND_GO_TO,
+    KIND_OPEN,
+    KIND_PICK_UP,
+    KIND_PUT_NEXT,
+    KIND_OPEN_GO_TO,
+    KIND_OPEN_PICK_UP,
+    KIND_GO_TO_WALL,
+    KIND_GO_TO_CENTRE,
+    KIND_UNLOCK,
+    KIND_LINE,
+    KIND_PILE,
+) = range(11)
+KIND_NAMES: Final[tuple[str, ...]] = (
+    "go_to", "open", "pick_up", "put_next", "open_go_to", "open_pick_up",
+    "go_to_wall", "go_to_centre", "unlock", "line", "pile",
+)
+NUM_KINDS: Final[int] = len(KIND_NAMES)
+LEVEL_KINDS: Final[dict[str, tuple[int, ...]]] = {
+    "train": (KIND_GO_TO, KIND_OPEN, KIND_PICK_UP, KIND_PUT_NEXT),
+    "rephrase": (KIND_GO_TO, KIND_OPEN, KIND_PICK_UP, KIND_PUT_NEXT),
+    "easy": (KIND_OPEN_GO_TO, KIND_OPEN_PICK_UP, KIND_GO_TO_WALL, KIND_GO_TO_CENTRE),
+    "hard": (KIND_UNLOCK, KIND_LINE, KIND_PILE),
+}
+
+GOAL_DIM: Final[int] = 7
+SLOT_KIND, SLOT_OBJECT_A, SLOT_COLOUR_A, SLOT_OBJECT_B, SLOT_COLOUR_B, SLOT_DOOR_COLOUR, SLOT_SIDE = range(GOAL_DIM)
+ANY_COLOUR: Final[int] = G.NUM_COLOURS  # 6
+SIDE_WEST, SIDE_EAST, SIDE_NORTH, SIDE_SOUTH, SIDE_ANY = range(5)
+SIDE_NAMES: Final[tuple[str, ...]] = ("west", "east", "north", "south", "any")
+CENTRE_CELLS: Final[tuple[int, int]] = (3, 4)  # x and y of the 2 × 2 centre block
+
+# Kinds that name object X / object Y / the door's colour / need the door closed (or locked) at reset.
+KINDS_WITH_OBJECT_A: Final[tuple[int, ...]] = (KIND_GO_TO, KIND_PICK_UP, KIND_PUT_NEXT, KIND_OPEN_GO_TO, KIND_OPEN_PICK_UP)
+KINDS_WITH_OBJECT_B: Final[tuple[int, ...]] = (KIND_PUT_NEXT,)
+KINDS_WITH_DOOR: Final[tuple[int, ...]] = (KIND_OPEN, KIND_OPEN_GO_TO, KIND_OPEN_PICK_UP, KIND_UNLOCK)
+
+
+def encode_goal(
+    kind: int,
+    *,
+    object_a: int = 0,
+    colour_a: int = 0,
+    object_b: int = 0,
+    colour_b: int = 0,
+    door_colour: int = 0,
+    side: int = 0,
+) -> np.ndarray:
+    """One goal vector, (GOAL_DIM,) int32 (see the module docstring for the slots)."""
+    if not 0 <= kind < NUM_KINDS:
+        raise ValueError(f"unknown goal kind {kind}; valid kinds are 0..{NUM_KINDS - 1} ({', '.join(KIND_NAMES)})")
+    return np.array([kind, object_a, colour_a, object_b, colour_b, door_colour, side], np.int32)
+
+
+def describe_goal(goal: np.ndarray) -> str:
+    """A canonical, human-readable description of a goal vector (for logs; not an instruction)."""
+    kind, oa, ca, ob, cb, dc, side = (int(v) for v in np.asarray(goal))
+    colour = lambda c: "any-colour" if c == ANY_COLOUR else G.COLOURS[c]  # noqa: E731
+    x = f"{colour(ca)} {G.OBJECT_NAMES[oa]}"
+    door = f"{colour(dc)} door"
+    return {
+        KIND_GO_TO: f"go to {x}",
+        KIND_OPEN: f"open {door}",
+        KIND_PICK_UP: f"pick up {x}",
+        KIND_PUT_NEXT: f"put {x} next to {colour(cb)} {G.OBJECT_NAMES[ob]}",
+        KIND_OPEN_GO_TO: f"open {door}, then go to {x}",
+        KIND_OPEN_PICK_UP: f"open {door}, then pick up {x}",
+        KIND_GO_TO_WALL: f"go to {SIDE_NAMES[side]} wall",
+        KIND_GO_TO_CENTRE: "go to the centre",
+        KIND_UNLOCK: f"pick up the key, then open the locked {door}",
+        KIND_LINE: "put the three objects in a line",
+        KIND_PILE: "gather the three objects into a pile",
+    }[kind]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Task tables (deterministic)
+# ---------------------------------------------------------------------------------------------------
+OBJECT_PAIRS: Final[tuple[tuple[int, int], ...]] = tuple((a, b) for a in G.OBJECTS for b in G.OBJECTS if a != b)
+
+
+def _interleave(groups: list[list[np.ndarray]]) -> np.ndarray:
+    """Round-robin over the groups (one per template), so that any prefix of the table — round-robin
+    evaluation with fewer episodes than tasks — covers every template evenly."""
+    out: list[np.ndarray] = []
+    for i in range(max(len(g) for g in groups)):
+        out.extend(g[i] for g in groups if i < len(g))
+    return np.stack(out)
+
+
+def _objects_by_colour() -> list[tuple[int, int]]:
+    """(object, colour) for every colour and object, colour-major: 18 pairs."""
+    return [(o, c) for c in range(G.NUM_COLOURS) for o in G.OBJECTS]
+
+
+def train_goals() -> np.ndarray:
+    """The 78 train / rephrase goals, (78, GOAL_DIM) int32, interleaved over the templates:
+
+    * go to X: 18 (3 objects × 6 colours);
+    * open the door: 6 (door colours);
+    * pick up X: 18;
+    * put X next to Y: 36 — the 6 ordered object pairs × the 6 colours of X, with Y's colour
+      ``(colour_X + 1 + pair) mod 6`` (every colour appears once per pair for X and once for Y; the 216
+      full combinations would make this one template 84 % of the table).
+    """
+    go_to = [encode_goal(KIND_GO_TO, object_a=o, colour_a=c) for o, c in _objects_by_colour()]
+    open_ = [encode_goal(KIND_OPEN, door_colour=c) for c in range(G.NUM_COLOURS)]
+    pick = [encode_goal(KIND_PICK_UP, object_a=o, colour_a=c) for o, c in _objects_by_colour()]
+    put = [
+        encode_goal(KIND_PUT_NEXT, object_a=a, colour_a=ca, object_b=b, colour_b=(ca + 1 + p) % G.NUM_COLOURS)
+        for ca in range(G.NUM_COLOURS)
+        for p, (a, b) in enumerate(OBJECT_PAIRS)
+    ]
+    return _interleave([go_to, open_, pick, put])
+
+
+def easy_goals() -> np.ndarray:
+    """The 42 easy goals, (42, GOAL_DIM) int32, interleaved over the templates:
+
+    * open the door, then go to X: 18 (door of any colour);
+    * open the door, then pick up X: 18;
+    * go to a wall: 5 (west, east, north, south, any wall);
+    * go to the centre: 1.
+    """
+    open_go = [encode_goal(KIND_OPEN_GO_TO, object_a=o, colour_a=c, door_colour=ANY_COLOUR) for o, c in _objects_by_colour()]
+    open_pick = [encode_goal(KIND_OPEN_PICK_UP, object_a=o, colour_a=c, door_colour=ANY_COLOUR) for o, c in _objects_by_colour()]
+    wall = [encode_goal(KIND_GO_TO_WALL, side=s) for s in range(len(SIDE_NAMES))]
+    centre = [encode_goal(KIND_GO_TO_CENTRE)]
+    return _interleave([open_go, open_pick, wall, centre])
+
+
+def hard_goals() -> np.ndarray:
+    """The 3 hard goals, (3, GOAL_DIM) int32: pick up the key then open the locked door (any colour; the
+    key has the door's colour), put the three objects in a line, gather them into a pile."""
+    return np.stack([
+        encode_goal(KIND_UNLOCK, door_colour=ANY_COLOUR),
+        encode_goal(KIND_LINE),
+        encode_goal(KIND_PILE),
+    ])
+
+
+_GOAL_CACHE: dict[str, np.ndarray] = {}
+
+
+def level_goals(level: str) -> np.ndarray:
+    """The goal table of a level, (K, GOAL_DIM) int32 (read-only; cached). train and rephrase share goals."""
+    if level not in LEVELS:
+        raise ValueError(f"unknown BabyAI level {level!r}; valid levels: {', '.join(LEVELS)}")
+    if level not in _GOAL_CACHE:
+        goals = {"train": train_goals, "rephrase": train_goals, "easy": easy_goals, "hard": hard_goals}[level]()
+        goals.setflags(write=False)
+        _GOAL_CACHE[level] = goals
+    return _GOAL_CACHE[level]
+
+
+def level_max_steps(level: str) -> int:
+    """Episode cap of a level: 128 steps at every level."""
+    if level not in LEVELS:
+        raise ValueError(f"unknown BabyAI level {level!r}; valid levels: {', '.join(LEVELS)}")
+    return MAX_STEPS
+
+
+# ---------------------------------------------------------------------------------------------------
+# Goal fields and shared quantities
+# ---------------------------------------------------------------------------------------------------
+class Goal(NamedTuple):
+    """The slots of goal vectors as separate int32 arrays (...)."""
+
+    kind: jax.Array
+    object_a: jax.Array
+    colour_a: jax.Array
+    object_b: jax.Array
+    colour_b: jax.Array
+    door_colour: jax.Array
+    side: jax.Array
+
+
+def goal_fields(goal: jax.Array) -> Goal:
+    """(..., GOAL_DIM) int goal vectors → :class:`Goal` of (...) int32 fields."""
+    goal = jnp.asarray(goal, jnp.int32)
+    if goal.ndim == 0 or goal.shape[-1] != GOAL_DIM:
+        raise ValueError(f"BabyAI goal vectors have {GOAL_DIM} entries, got shape {goal.shape}")
+    return Goal(*(goal[..., i] for i in range(GOAL_DIM)))
+
+
+def _colour_ok(colour: jax.Array, wanted: jax.Array) -> jax.Array:
+    return (wanted == ANY_COLOUR) | (colour == wanted)
+
+
+def is_kind(kind: jax.Array, kinds: tuple[int, ...]) -> jax.Array:
+    out = kind == kinds[0]
+    for k in kinds[1:]:
+        out = out | (kind == k)
+    return out
+
+
+class _Parts(NamedTuple):
+    """Per-state quantities shared by the predicates and potentials (all (...))."""
+
+    a_floor: jax.Array  # X not carried
+    a_held: jax.Array  # X carried (and of the right colour)
+    a_colour_ok: jax.Array
+    d_agent_a: jax.Array  # d(agent, X_eff)
+    b_floor: jax.Array
+    b_colour_ok: jax.Array
+    d_agent_b: jax.Array  # d(agent, Y_eff)
+    d_a_b: jax.Array  # d(X_eff, Y_eff)
+    carrying_other_a: jax.Array  # carrying something that is not X
+    door_open: jax.Array  # open and of the right colour
+    door_colour_ok: jax.Array
+    d_agent_door: jax.Array
+    d_door_a: jax.Array  # d(cell in front of the door, X_eff)
+    extent_w: jax.Array  # x-extent of the three objects (effective positions)
+    extent_h: jax.Array
+    n_carried: jax.Array  # 0 or 1
+    distinct: jax.Array  # the three effective cells are distinct
+
+
+def _parts(g: G.Grid, goal: Goal) -> _Parts:
+    ex, ey = zip(*(G.effective_position(g, s) for s in range(G.NUM_OBJECTS)))
+    ax, ay = g.agent_x, g.agent_y
+    xa, ya = G.select_object(ex, goal.object_a), G.select_object(ey, goal.object_a)
+    xb, yb = G.select_object(ex, goal.object_b), G.select_object(ey, goal.object_b)
+    a_colour_ok = _colour_ok(G.select_object(g.colour, goal.object_a), goal.colour_a)
+    b_colour_ok = _colour_ok(G.select_object(g.colour, goal.object_b), goal.colour_b)
+    door_colour_ok = _colour_ok(g.door_colour, goal.door_colour)
+    front_x = g.door_x - 1  # the interior cell in front of the door
+    w = jnp.maximum(jnp.maximum(ex[0], ex[1]), ex[2]) - jnp.minimum(jnp.minimum(ex[0], ex[1]), ex[2])
+    h = jnp.maximum(jnp.maximum(ey[0], ey[1]), ey[2]) - jnp.minimum(jnp.minimum(ey[0], ey[1]), ey[2])
+    same = lambda i, j: (ex[i] == ex[j]) & (ey[i] == ey[j])  # noqa: E731
+    return _Parts(
+        a_floor=g.carried != goal.object_a,
+        a_held=(g.carried == goal.object_a) & a_colour_ok,
+        a_colour_ok=a_colour_ok,
+        d_agent_a=G.manhattan(ax, ay, xa, ya),
+        b_floor=g.carried != goal.object_b,
+        b_colour_ok=b_colour_ok,
+        d_agent_b=G.manhattan(ax, ay, xb, yb),
+        d_a_b=G.manhattan(xa, ya, xb, yb),
+        carrying_other_a=(g.carried != G.NOTHING) & (g.carried != goal.object_a),
+        door_open=(g.door_state == G.OPEN) & door_colour_ok,
+        door_colour_ok=door_colour_ok,
+        d_agent_door=G.manhattan(ax, ay, g.door_x, g.door_y),
+        d_door_a=G.manhattan(front_x, g.door_y, xa, ya),
+        extent_w=w,
+        extent_h=h,
+        n_carried=(g.carried != G.NOTHING).astype(jnp.int32),
+        distinct=~(same(0, 1) | same(0, 2) | same(1, 2)),
+    )
+
+
+def _select_kind(kind: jax.Array, values: tuple[jax.Array, ...]) -> jax.Array:
+    """values[kind] elementwise (a select chain; values has NUM_KINDS entries of shape (...))."""
+    out = values[-1]
+    for k in range(NUM_KINDS - 2, -1, -1):
+        out = jnp.where(kind == k, values[k], out)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------
+# Predicates on Grid fields (used by the environment kernel and the expert)
+# ---------------------------------------------------------------------------------------------------
+def success_grid(g: G.Grid, goal: Goal) -> jax.Array:
+    """Whether state ``g`` satisfies ``goal`` (see the table in the module docstring): (...) bool."""
+    p = _parts(g, goal)
+    ax, ay = g.agent_x, g.agent_y
+    near_a = p.a_floor & p.a_colour_ok & (p.d_agent_a <= 1)
+    all_floor = g.carried == G.NOTHING
+    walls = (ax == G.ROOM_MIN, ax == G.ROOM_MAX, ay == G.ROOM_MIN, ay == G.ROOM_MAX)
+    on_wall = jnp.where(
+        goal.side == SIDE_WEST, walls[0],
+        jnp.where(goal.side == SIDE_EAST, walls[1],
+                  jnp.where(goal.side == SIDE_NORTH, walls[2],
+                            jnp.where(goal.side == SIDE_SOUTH, walls[3], walls[0] | walls[1] | walls[2] | walls[3]))))
+    lo, hi = CENTRE_CELLS
+    centre = (ax >= lo) & (ax <= hi) & (ay >= lo) & (ay <= hi)
+    key_held = (g.carried == G.KEY) & (g.colour[2] == g.door_colour)
+    values = (
+        near_a,  # GO_TO
+        p.door_open,  # OPEN
+        p.a_held,  # PICK_UP
+        p.a_floor & p.b_floor & p.a_colour_ok & p.b_colour_ok & (p.d_a_b == 1),  # PUT_NEXT
+        p.door_open & near_a,  # OPEN_GO_TO
+        p.door_open & p.a_held,  # OPEN_PICK_UP
+        on_wall,  # GO_TO_WALL
+        centre,  # GO_TO_CENTRE
+        p.door_open & key_held,  # UNLOCK
+        all_floor & p.distinct & ((p.extent_w == 0) | (p.extent_h == 0)),  # LINE
+        all_floor & p.distinct & (p.extent_w <= 1) & (p.extent_h <= 1),  # PILE
+    )
+    return _select_kind(goal.kind, values) & (goal.kind >= 0) & (goal.kind < NUM_KINDS)
+
+
+def potential_grid(g: G.Grid, goal: Goal) -> jax.Array:
+    """Task-specific Manhattan distance to go φ (see the module docstring): (...) int32, >= 0."""
+    p = _parts(g, goal)
+    ax, ay = g.agent_x, g.agent_y
+    relu = lambda v: jnp.maximum(v, 0)  # noqa: E731
+    carry_other = p.carrying_other_a.astype(jnp.int32)
+    a_held = (~p.a_floor).astype(jnp.int32)
+    door_closed = (g.door_state != G.OPEN).astype(jnp.int32)
+
+    go_to = relu(p.d_agent_a - 1) + a_held
+    door_term = door_closed * (relu(p.d_agent_door - 1) + 1)
+    pick = jnp.where(p.a_floor, p.d_agent_a + 1 + carry_other, 0)
+    carrying_b = (~p.b_floor).astype(jnp.int32)
+    put = carrying_b + jnp.where(
+        p.a_floor,
+        p.d_agent_a + 1 + relu(p.d_a_b - 1) + 1 + ((g.carried != G.NOTHING) & p.b_floor).astype(jnp.int32),
+        relu(p.d_agent_b - 1) + 1,
+    )
+    open_go = jnp.where(door_closed == 1, door_term + relu(p.d_door_a - 1) + a_held, go_to)
+    open_pick = jnp.where(door_closed == 1, door_term + jnp.where(p.a_floor, p.d_door_a + 1 + carry_other, 0), pick)
+    west, east = ax - G.ROOM_MIN, G.ROOM_MAX - ax
+    north, south = ay - G.ROOM_MIN, G.ROOM_MAX - ay
+    wall = jnp.where(
+        goal.side == SIDE_WEST, west,
+        jnp.where(goal.side == SIDE_EAST, east,
+                  jnp.where(goal.side == SIDE_NORTH, north,
+                            jnp.where(goal.side == SIDE_SOUTH, south,
+                                      jnp.minimum(jnp.minimum(west, east), jnp.minimum(north, south))))))
+    lo, hi = CENTRE_CELLS
+    centre = relu(lo - ax) + relu(ax - hi) + relu(lo - ay) + relu(ay - hi)
+    kx, ky = G.effective_position(g, 2)
+    holding_key = g.carried == G.KEY
+    other_than_key = ((g.carried != G.NOTHING) & ~holding_key).astype(jnp.int32)
+    d_key = G.manhattan(ax, ay, kx, ky)
+    d_key_door = G.manhattan(kx, ky, g.door_x, g.door_y)
+    unlock = jnp.where(holding_key, 0, d_key + 1 + other_than_key) + door_closed * (relu(d_key_door - 1) + 1)
+    line = jnp.minimum(p.extent_w, p.extent_h) + p.n_carried
+    pile = jnp.abs(p.extent_w - 1) + jnp.abs(p.extent_h - 1) + p.n_carried
+    values = (go_to, door_term, pick, put, open_go, open_pick, wall, centre, unlock, line, pile)
+    phi = _select_kind(goal.kind, tuple(jnp.asarray(v, jnp.int32) for v in values))
+    return jnp.where(success_grid(g, goal), 0, phi).astype(jnp.int32)
+
+
+def reward_grid(prev: G.Grid, nxt: G.Grid, goal: Goal, t: jax.Array, max_steps: int = MAX_STEPS) -> jax.Array:
+    """Reward of ``prev → nxt`` at step ``t`` (1-based): (...) float32 (formula in the module docstring)."""
+    succeeded = success_grid(nxt, goal)
+    on_success = SUCCESS_REWARD - SUCCESS_TIME_PENALTY * jnp.asarray(t, jnp.float32) / float(max_steps)
+    shaped = SHAPING_SCALE * (potential_grid(prev, goal) - potential_grid(nxt, goal)).astype(jnp.float32)
+    return jnp.where(succeeded, on_success, shaped).astype(jnp.float32)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Public predicates on state vectors (broadcast over leading dims "...")
+# ---------------------------------------------------------------------------------------------------
+def success(prev_state: jax.Array, action: jax.Array, next_state: jax.Array, goal: jax.Array) -> jax.Array:
+    """Task success of the transition (prev_state, action) → next_state.
+
+    Args:
+      prev_state: (..., 17) (unused: every BabyAI goal is a predicate on the reached state).
+      action: (...) int (unused).
+      next_state: (..., 17).
+      goal: (..., GOAL_DIM) int32.
+    Returns: (...) bool.
+    """
+    del prev_state, action
+    return success_grid(G.from_vector(next_state), goal_fields(goal))
+
+
+def state_satisfied(state: jax.Array, goal: jax.Array) -> jax.Array:
+    """Whether a state satisfies a goal: (..., 17), (..., GOAL_DIM) → (...) bool."""
+    return success_grid(G.from_vector(state), goal_fields(goal))
+
+
+def potential(state: jax.Array, goal: jax.Array) -> jax.Array:
+    """Task-specific distance to go φ: (..., 17), (..., GOAL_DIM) → (...) int32."""
+    return potential_grid(G.from_vector(state), goal_fields(goal))
+
+
+def reward(
+    prev_state: jax.Array,
+    action: jax.Array,
+    next_state: jax.Array,
+    goal: jax.Array,
+    t: jax.Array,
+    max_steps: int = MAX_STEPS,
+) -> jax.Array:
+    """Reward of the transition (prev_state, action) → next_state taken as step ``t`` of an episode.
+
+    Unlike CLEVR's, the BabyAI reward depends on the step index: a success pays ``1 - 0.9 · t / T``.
+
+    Args:
+      prev_state, next_state: (..., 17).
+      action: (...) int (unused).
+      goal: (..., GOAL_DIM) int32.
+      t: (...) int, steps taken including this one (1 for the first step of an episode).
+      max_steps: T, the episode cap (128).
+    Returns: (...) float32.
+    """
+    del action
+    return reward_grid(G.from_vector(prev_state), G.from_vector(next_state), goal_fields(goal), t, max_steps)
+
+
+def legal(state: jax.Array) -> jax.Array:
+    """Whether a state vector describes a reachable-looking world: (..., 17) → (...) bool (rules in the
+    module docstring)."""
+    state = jnp.asarray(state)
+    if jnp.issubdtype(state.dtype, jnp.floating):
+        finite = jnp.all(jnp.isfinite(state), axis=-1)
+        integral = jnp.all(jnp.abs(state - jnp.round(state)) < 1e-4, axis=-1)
+        safe = jnp.where(jnp.isfinite(state), state, 0.0)
+    else:
+        finite = integral = jnp.ones(state.shape[:-1], bool)
+        safe = state
+    g = G.from_vector(jnp.clip(safe, -1e6, 1e6))
+    colour_ok = lambda c: (c >= 0) & (c < G.NUM_COLOURS)  # noqa: E731
+    ok = finite & integral & colour_ok(g.door_colour)
+    ok &= (g.carried >= G.NOTHING) & (g.carried <= G.KEY)
+    for s, obj in enumerate(G.OBJECTS):
+        held = g.carried == obj
+        at_origin = (g.x[s] == 0) & (g.y[s] == 0)
+        ok &= colour_ok(g.colour[s])
+        ok &= jnp.where(held, at_origin & (g.carried_colour == g.colour[s]), G.in_room(g.x[s], g.y[s]))
+    ok &= jnp.where(g.carried == G.NOTHING, g.carried_colour == 0, True)
+    for i in range(G.NUM_OBJECTS):
+        for j in range(i + 1, G.NUM_OBJECTS):
+            both_floor = (g.carried != G.OBJECTS[i]) & (g.carried != G.OBJECTS[j])
+            ok &= ~(both_floor & (g.x[i] == g.x[j]) & (g.y[i] == g.y[j]))
+    ok &= (g.door_x == G.DOOR_X) & (g.door_y >= G.ROOM_MIN) & (g.door_y <= G.ROOM_MAX)
+    ok &= (g.door_state >= G.OPEN) & (g.door_state <= G.LOCKED)
+    ok &= G.in_room(g.agent_x, g.agent_y)
+    return ok
