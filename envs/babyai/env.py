@@ -45,44 +45,14 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from imaginejax.envs.base import EnvParams, TaskEnv, make_level_params
+
 from imaginejax.envs.babyai import grid as G
 from imaginejax.envs.babyai import instructions as instr
 from imaginejax.envs.babyai import tasks
 
 ENV_NAME: Final[str] = "babyai"
 DEFAULT_RESET_TRIES: Final[int] = 4
-
-
-@struct.dataclass
-class EnvParams:
-    """A level's task table (a pytree; the int/str fields are static).
-
-    Attributes:
-      goals: (K, G) int32 goal vectors, G = :data:`tasks.GOAL_DIM` = 7.
-      phrasing_ids: (K, P) int32 ids into the level's instruction table; row k's first
-        ``phrasing_counts[k]`` entries are valid, the rest are -1.
-      phrasing_counts: (K,) int32.
-      instruction_embeddings: (M, E) float32, row m embeds instruction m (E may be 0).
-      max_steps: episode cap (static, 128).
-      level: level name (static).
-      reset_tries: object layouts drawn at reset (static).
-    """
-
-    goals: jax.Array
-    phrasing_ids: jax.Array
-    phrasing_counts: jax.Array
-    instruction_embeddings: jax.Array
-    max_steps: int = struct.field(pytree_node=False, default=tasks.MAX_STEPS)
-    level: str = struct.field(pytree_node=False, default="train")
-    reset_tries: int = struct.field(pytree_node=False, default=DEFAULT_RESET_TRIES)
-
-    @property
-    def num_tasks(self) -> int:
-        return int(self.goals.shape[0])
-
-    @property
-    def embed_dim(self) -> int:
-        return int(self.instruction_embeddings.shape[1])
 
 
 @struct.dataclass
@@ -115,24 +85,8 @@ def make_params(level: str, *, embed: bool = True, reset_tries: int = DEFAULT_RE
         when False the embeddings are (M, 0) and observations are the bare 17-d state.
       reset_tries: object layouts drawn at reset.
     """
-    goals = tasks.level_goals(level)
-    table, phrasing_ids, counts = instr.level_instruction_table(level)
-    if embed:
-        from imaginejax.lang import encode_instructions  # lazy: loads the sentence encoder
-
-        embeddings = np.asarray(encode_instructions(list(table)), np.float32)
-    else:
-        embeddings = np.zeros((len(table), 0), np.float32)
-    chex.assert_shape(embeddings, (len(table), None))
-    return EnvParams(
-        goals=jnp.asarray(goals, jnp.int32),
-        phrasing_ids=jnp.asarray(phrasing_ids, jnp.int32),
-        phrasing_counts=jnp.asarray(counts, jnp.int32),
-        instruction_embeddings=jnp.asarray(embeddings, jnp.float32),
-        max_steps=tasks.level_max_steps(level),
-        level=level,
-        reset_tries=reset_tries,
-    )
+    return make_level_params(level, tasks.level_goals(level), instr.level_instruction_table(level),
+                             tasks.level_max_steps(level), embed=embed, reset_tries=reset_tries)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -216,15 +170,7 @@ def sample_grid(key: jax.Array, goal: jax.Array, tries: int = DEFAULT_RESET_TRIE
     )
 
 
-def _take_first(tree: Any) -> Any:
-    return jax.tree.map(lambda x: x[0], tree)
-
-
-def _add_batch(tree: Any) -> Any:
-    return jax.tree.map(lambda x: jnp.asarray(x)[None], tree)
-
-
-class BabyAI:
+class BabyAI(TaskEnv):
     """BabyAI single room: Discrete(7) absolute actions, language-conditioned goals (module docstring).
 
     The object holds no state and no level: everything level-specific lives in :class:`EnvParams`.
@@ -252,29 +198,11 @@ class BabyAI:
     def default_params(level: str = "train", *, embed: bool = True) -> EnvParams:
         return make_params(level, embed=embed)
 
-    @staticmethod
-    def obs_dim(params: EnvParams) -> int:
-        """Observation width 17 + E."""
-        return tasks.STATE_DIM + params.embed_dim
-
     # ------------------------------------------------------------------ views
     @staticmethod
     def state_vector(state: EnvState) -> jax.Array:
         """State(s) → (..., 17) float32 state vectors."""
         return G.to_vector(state.grid)
-
-    @staticmethod
-    def goal_of(state: EnvState, params: EnvParams) -> jax.Array:
-        """Goal vector(s) of the state's task: (..., G) int32."""
-        return params.goals[state.task]
-
-    def observation_batch(self, state: EnvState, params: EnvParams) -> jax.Array:
-        """(B,) states → (B, 17 + E) float32 observations (state ⊕ instruction embedding)."""
-        vec = self.state_vector(state)
-        if params.embed_dim == 0:
-            return vec
-        emb = params.instruction_embeddings[state.instruction]
-        return jnp.concatenate([vec, emb], axis=-1).astype(jnp.float32)
 
     # ------------------------------------------------------------------ batched kernels
     def reset_to_task_batch(
@@ -344,29 +272,6 @@ class BabyAI:
         succeeded = tasks.success_grid(grid, goal) & active
         reward = tasks.reward_grid(state.grid, grid, goal, t, params.max_steps)
         reward = jnp.where(active, reward, 0.0).astype(jnp.float32)
-        truncated = active & ~succeeded & (t >= params.max_steps)
-        done = state.done | succeeded | truncated
-        next_state = state.replace(grid=grid, t=t, done=done, success=state.success | succeeded)
-        info = {"success": succeeded, "truncated": truncated}
+        done, success, info = self.episode_flags(state, succeeded, t, params)
+        next_state = state.replace(grid=grid, t=t, done=done, success=success)
         return self.observation_batch(next_state, params), next_state, reward, done, info
-
-    # ------------------------------------------------------------------ single-environment views
-    def reset(self, key: jax.Array, params: EnvParams) -> tuple[jax.Array, EnvState]:
-        """One environment: key → obs (17+E,), state. Equals ``reset_batch(key[None])[i=0]``."""
-        return _take_first(self.reset_batch(jnp.asarray(key)[None], params))
-
-    def reset_to_task(
-        self, key: jax.Array, params: EnvParams, task: jax.Array | int, phrasing: jax.Array | int | None = None
-    ) -> tuple[jax.Array, EnvState]:
-        """One environment reset to a given task (and optionally phrasing position)."""
-        phr = None if phrasing is None else jnp.asarray(phrasing, jnp.int32)[None]
-        return _take_first(
-            self.reset_to_task_batch(jnp.asarray(key)[None], params, jnp.asarray(task, jnp.int32)[None], phr)
-        )
-
-    def step(
-        self, key: jax.Array, state: EnvState, action: jax.Array | int, params: EnvParams
-    ) -> tuple[jax.Array, EnvState, jax.Array, jax.Array, dict[str, jax.Array]]:
-        """One environment step: obs (17+E,), state, reward (), done (), info. No auto-reset."""
-        out = self.step_batch(jnp.asarray(key)[None], _add_batch(state), jnp.asarray(action, jnp.int32)[None], params)
-        return _take_first(out)

@@ -20,6 +20,8 @@ from typing import Final
 
 import numpy as np
 
+from imaginejax.envs.base import instruction_table
+
 from imaginejax.envs.babyai import grid as G
 from imaginejax.envs.babyai import tasks
 
@@ -412,24 +414,7 @@ def level_instruction_table(level: str) -> tuple[tuple[str, ...], np.ndarray, np
       phrasing_ids: (K, P) int32, row k holds task k's ids into ``table``; padded with -1.
       phrasing_counts: (K,) int32, number of valid ids per row.
     """
-    goals = tasks.level_goals(level)
-    per_task = [goal_instructions(g, level) for g in goals]
-    table: list[str] = []
-    index: dict[str, int] = {}
-    for phrasings in per_task:
-        for text in phrasings:
-            if text not in index:
-                index[text] = len(table)
-                table.append(text)
-    width = max(len(p) for p in per_task)
-    ids = np.full((len(per_task), width), -1, np.int32)
-    counts = np.zeros(len(per_task), np.int32)
-    for k, phrasings in enumerate(per_task):
-        ids[k, : len(phrasings)] = [index[t] for t in phrasings]
-        counts[k] = len(phrasings)
-    ids.setflags(write=False)
-    counts.setflags(write=False)
-    return tuple(table), ids, counts
+    return instruction_table([goal_instructions(g, level) for g in tasks.level_goals(level)])
 
 
 def level_instructions(level: str) -> tuple[str, ...]:
