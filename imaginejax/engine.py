@@ -4,29 +4,69 @@
 *interval*: ``lax.scan`` over ``config.updates_per_interval`` updates, each on a batch drawn by
 :func:`~imaginejax.data.sampling.sample_mixed` with the run's real/imaginary ratio, followed by an
 evaluation of the run's policy in the JAX environment on every requested level. The interval is
-``vmap``-ped over the run axis and ``jit``-ted once; a Python loop over intervals only logs and shows
-progress (ARCHITECTURE.md, "Training engine"). Datasets are arguments of the compiled call, never
-closure constants, so one compilation serves any dataset of the same shapes.
+``vmap``-ped over the run axis and ``jit``-ted once; a Python loop over intervals only logs, writes
+metrics and checkpoints (ARCHITECTURE.md, "Training engine"). Datasets are arguments of the compiled
+call, never closure constants, so one compilation serves any dataset of the same shapes.
+
+Scale-out (issue 6):
+
+* **Devices.** With several devices the run axis R is laid on a ``jax.sharding.Mesh`` named ``runs``
+  (``NamedSharding(mesh, P('runs'))`` on run-leading arrays, datasets replicated) and the interval runs
+  under ``shard_map``: each device trains its own slice of runs, no communication. R is padded up to a
+  multiple of the device count (copies of the last run) and the padding is dropped from the results.
+  Multi-host: call :func:`imaginejax.sweep.init_distributed` first; the mesh then spans every host's
+  devices (arrays are built from each process's identical host copy and gathered for logging).
+* **Bitwise reproducibility.** XLA's CPU code for a vmapped reduction depends on the vmapped size, so
+  a run's numbers depend (at float round-off) on how many runs share a call. ``EngineConfig.run_block
+  = b`` fixes that size: the runs are ``lax.map``-ped in blocks of b vmapped runs, and then a sweep gives
+  bitwise the same numbers whatever its chunking (any number of blocks per call). Across devices:
+  every mesh of 2 or more devices gives bitwise the same numbers (checked 2 vs 8), but XLA compiles a
+  partitioned program (``num_partitions > 1``) with slightly different arithmetic than a one-device
+  one (its optimised HLO has other divide / multiply / subtract counts), so sharded and one-device
+  results agree to float32 round-off (~1e-7), not bit for bit. Dispatching the one-device executable
+  to each device separately is bitwise, but compiles once per device; we chose one compilation.
+  ``None`` (default) vmaps all of a device's runs at once (fastest).
+* **Chunking.** ``runs_per_chunk`` splits the run axis into chunks trained one after another (each for
+  all intervals); results are concatenated in run order. :mod:`imaginejax.sweep` picks it from a
+  memory estimate (:meth:`Trainer.memory_estimate`).
+* **NaN isolation.** After each interval a run whose algorithm state or interval metrics are not all
+  finite is rolled back to its state at the start of that interval and frozen there (``jnp.where`` on a
+  per-run flag inside the compiled call): its later intervals do not change it, its training metrics read
+  NaN from then on, it is still evaluated (with its last finite parameters), and the other runs are
+  untouched. ``TrainResult.finite`` / ``frozen_at`` report it and a log line names it.
+* **Resume.** With ``checkpoint_dir`` the whole state of the chunk being trained (run states with keys
+  and optimiser states, interval index, history so far) is saved every ``checkpoint_every`` intervals
+  and after the last one (:mod:`imaginejax.checkpoint`: atomic, checksummed, last N kept). With
+  ``resume=True`` training continues from the newest checkpoint of each chunk; the continuation is the
+  same compiled computation on the same state, so results are identical to an uninterrupted sweep.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import os
 import sys
 import time
-from typing import Any, Callable, Mapping
+from pathlib import Path
+from typing import Any, Callable, Literal, Mapping
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from imaginejax.algos.base import Algorithm, Spec
+from imaginejax.checkpoint import (CheckpointError, flatten_named, list_checkpoints, load_checkpoint,
+                                   save_checkpoint, unflatten_named)
 from imaginejax.data.sampling import sample_mixed
 from imaginejax.data.types import Transitions
 from imaginejax.evaluation import EvalResult, evaluate
+from imaginejax.runlog import MetricsLog
 
 PyTree = Any
+RUNS = "runs"  # the mesh axis name of the run axis
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,34 +78,47 @@ class EngineConfig:
       updates_per_interval: gradient updates between two evaluations (one compiled call).
       num_intervals: intervals in a full training run.
       eval_episodes: episodes per level per evaluation (tasks round-robin).
+      run_block: None vmaps all runs of a device at once; b >= 1 runs them in ``lax.map``-ped blocks of
+        b vmapped runs, which makes results bitwise independent of chunking (module docstring).
     """
 
     batch_size: int = 256
     updates_per_interval: int = 1000
     num_intervals: int = 10
     eval_episodes: int = 100
+    run_block: int | None = None
 
 
 @struct.dataclass
 class RunState:
-    """Per-run state carried between intervals. algo: the algorithm's state; key: the run's PRNG key."""
+    """Per-run state carried between intervals.
+
+    Attributes:
+      algo: the algorithm's state.
+      key: the run's PRNG key, (2,) uint32.
+      finite: () bool, False once the run went non-finite and was frozen.
+    """
 
     algo: PyTree
     key: jax.Array
+    finite: jax.Array
 
 
 @dataclasses.dataclass
 class TrainResult:
-    """What a training call returns (host-side NumPy, leading axis R = runs).
+    """What a training call returns (host-side NumPy, leading axis R = runs, padding removed).
 
     Attributes:
       state: the final :class:`RunState` (device arrays, leading run axis).
       steps: (I,) gradient updates done at each evaluation.
-      metrics: name -> (I, R) interval-mean training metrics.
+      metrics: name -> (I, R) interval-mean training metrics (NaN once a run is frozen).
       success: level -> (I, R) success rate at each evaluation.
       returns: level -> (I, R) mean evaluation return.
       task_success: level -> (R, K) per-task success at the last evaluation.
-      seconds: wall-clock seconds per interval, (I,) (the first includes compilation).
+      seconds: wall-clock seconds per interval, (I,) (the first includes compilation; summed over chunks).
+      finite: (R,) bool, False for runs frozen after going non-finite.
+      frozen_at: (R,) int, the 1-based interval in which a run went non-finite (its state is the one
+        after interval ``frozen_at - 1``), 0 for runs that stayed finite.
     """
 
     state: RunState
@@ -75,6 +128,25 @@ class TrainResult:
     returns: dict[str, np.ndarray]
     task_success: dict[str, np.ndarray]
     seconds: np.ndarray
+    finite: np.ndarray
+    frozen_at: np.ndarray
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryEstimate:
+    """Bytes needed to train runs on one device: ``shared + per_run × runs_on_the_device``.
+
+    Attributes:
+      per_run: bytes per run (state, its copies during the update, batch, activations, evaluation).
+      shared: bytes shared by all runs of a device (the replicated datasets and level parameters).
+    """
+
+    per_run: int
+    shared: int
+
+    def total(self, runs_per_device: int) -> int:
+        """Estimated peak bytes on a device holding ``runs_per_device`` runs."""
+        return self.shared + self.per_run * runs_per_device
 
 
 def broadcast_runs(tree: PyTree, num_runs: int) -> PyTree:
@@ -82,24 +154,63 @@ def broadcast_runs(tree: PyTree, num_runs: int) -> PyTree:
     return jax.tree.map(lambda x: jnp.broadcast_to(jnp.asarray(x), (num_runs,) + jnp.shape(x)), tree)
 
 
+def default_mesh() -> Mesh | None:
+    """A 1-D mesh ``('runs',)`` over every device (all hosts), or None when there is only one device."""
+    devices = jax.devices()
+    return Mesh(np.asarray(devices), (RUNS,)) if len(devices) > 1 else None
+
+
+def _nbytes(tree: PyTree) -> int:
+    return int(sum(np.prod(x.shape, dtype=np.int64) * np.dtype(x.dtype).itemsize for x in jax.tree.leaves(tree)))
+
+
+def _all_finite(tree: PyTree) -> jax.Array:
+    """() bool: every inexact leaf of ``tree`` is finite everywhere."""
+    checks = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree) if jnp.issubdtype(x.dtype, jnp.inexact)]
+    return jnp.all(jnp.stack(checks)) if checks else jnp.asarray(True)
+
+
+def _take_runs(tree: PyTree, index: np.ndarray) -> PyTree:
+    """Rows ``index`` of every run-leading leaf (host gather, keeps dtypes)."""
+    return jax.tree.map(lambda x: np.asarray(x)[index], tree)
+
+
+def _fetch(tree: PyTree) -> PyTree:
+    """Device -> host NumPy; gathers across processes on multi-host meshes."""
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+        return jax.tree.map(np.asarray, multihost_utils.process_allgather(tree, tiled=True))
+    return jax.device_get(tree)
+
+
+def _place(tree: PyTree, sharding: NamedSharding | None) -> PyTree:
+    """Host/device arrays -> device arrays with ``sharding`` (every process passes the same values)."""
+    if sharding is None:
+        return jax.tree.map(jnp.asarray, tree)
+    if jax.process_count() == 1:
+        return jax.device_put(tree, sharding)
+    return jax.tree.map(lambda x: jax.make_array_from_callback(np.shape(x), sharding,
+                                                               lambda idx, x=np.asarray(x): x[idx]), tree)
+
+
 class Trainer:
     """Compiled training of R runs at once; see :func:`make_train`."""
 
     def __init__(self, algo: Algorithm, spec: Spec, config: EngineConfig,
                  eval_levels: Mapping[str, tuple[Any, Any]]):
+        if config.run_block is not None and config.run_block < 1:
+            raise ValueError(f"EngineConfig.run_block must be None or >= 1, got {config.run_block}")
         self.algo, self.spec, self.config = algo, spec, config
         self.levels = tuple(eval_levels)
         self._envs = {level: env for level, (env, _) in eval_levels.items()}
         self.eval_params = {level: params for level, (_, params) in eval_levels.items()}
-        self._init = jax.jit(jax.vmap(self._init_one, in_axes=(0, 0)))
-        self._interval = jax.jit(
-            jax.vmap(self._interval_one, in_axes=(0, 0, 0, None, None, None)), donate_argnums=(0,)
-        )
+        self._compiled: dict[tuple[str, int], tuple[Callable, Callable]] = {}
 
-    # -- one run (vmapped over the run axis by the jitted wrappers) ---------------------------
+    # -- one run (vmapped over the run axis by the compiled wrappers) -------------------------
     def _init_one(self, key: jax.Array, hp: PyTree) -> RunState:
         init_key, run_key = jax.random.split(key)
-        return RunState(algo=self.algo.init(init_key, self.spec, hp), key=run_key)
+        return RunState(algo=self.algo.init(init_key, self.spec, hp), key=run_key,
+                        finite=jnp.asarray(True))
 
     def _interval_one(self, run: RunState, hp: PyTree, ratio: jax.Array, real: Transitions,
                       imag: Transitions, eval_params: Mapping[str, Any]):
@@ -115,7 +226,16 @@ class Trainer:
         (algo_state, key), metrics = jax.lax.scan(
             update, (run.algo, run.key), None, length=cfg.updates_per_interval
         )
+        metrics = jax.tree.map(lambda m: m.mean(0), metrics)
+        # NaN isolation: keep the interval only if the run was finite and still is; otherwise roll back.
+        ok = run.finite & _all_finite(algo_state) & _all_finite(metrics)
+        algo_state = jax.tree.map(lambda new, old: jnp.where(ok, new, old), algo_state, run.algo)
+        key = jnp.where(ok, key, run.key)  # a frozen run's evaluation key does not depend on the bad interval
+        metrics = jax.tree.map(lambda m: jnp.where(ok, m, jnp.nan) if jnp.issubdtype(m.dtype, jnp.inexact)
+                               else m, metrics)
         key, eval_key = jax.random.split(key)
+        # A frozen run must stay frozen bit for bit: its key does not advance either.
+        key = jnp.where(ok, key, run.key)
 
         def policy(obs: jax.Array, act_key: jax.Array) -> jax.Array:
             return self.algo.act(algo_state, obs, act_key, hp, True)
@@ -124,23 +244,106 @@ class Trainer:
             level: evaluate(policy, self._envs[level], eval_params[level], k, cfg.eval_episodes)
             for level, k in zip(self.levels, jax.random.split(eval_key, len(self.levels)))
         }
-        metrics = jax.tree.map(lambda m: m.mean(0), metrics)
-        return RunState(algo=algo_state, key=key), metrics, results
+        return RunState(algo=algo_state, key=key, finite=ok), metrics, results
+
+    # -- compiled wrappers --------------------------------------------------------------------
+    def _blocked(self, fn: Callable, num_run_args: int) -> Callable:
+        """vmap ``fn`` over the leading axis of its first ``num_run_args`` arguments (the rest shared);
+        with ``run_block = b``, as a ``lax.map`` over blocks of b vmapped runs."""
+        in_axes = (0,) * num_run_args + (None,) * 8
+        block = self.config.run_block
+
+        def run(*args):
+            run_args, shared = args[:num_run_args], args[num_run_args:]
+            vmapped = jax.vmap(fn, in_axes=in_axes[:len(args)])
+            if block is None:
+                return vmapped(*args)
+            n = jax.tree.leaves(run_args)[0].shape[0]
+            if n % block:
+                raise ValueError(f"{n} runs are not a multiple of EngineConfig.run_block={block} "
+                                 "(Trainer.train pads automatically; direct init/interval calls must not)")
+            blocks = jax.tree.map(lambda x: x.reshape((n // block, block) + x.shape[1:]), run_args)
+            out = jax.lax.map(lambda xs: vmapped(*xs, *shared), blocks)
+            return jax.tree.map(lambda x: x.reshape((n,) + x.shape[2:]), out)
+
+        return run
+
+    def _functions(self, mesh: Mesh | None) -> tuple[Callable, Callable]:
+        """(init, interval) compiled for ``mesh`` (None: one device, no sharding); cached."""
+        tag = (repr(mesh), self.config.run_block or 0)
+        if tag not in self._compiled:
+            init = self._blocked(self._init_one, 2)
+            interval = self._blocked(self._interval_one, 3)
+            if mesh is not None:
+                init = jax.shard_map(init, mesh=mesh, in_specs=(P(RUNS), P(RUNS)), out_specs=P(RUNS),
+                                     check_vma=False)
+                interval = jax.shard_map(interval, mesh=mesh, in_specs=(P(RUNS),) * 3 + (P(),) * 3,
+                                         out_specs=P(RUNS), check_vma=False)
+            self._compiled[tag] = (jax.jit(init), jax.jit(interval, donate_argnums=(0,)))
+        return self._compiled[tag]
 
     # -- public API ---------------------------------------------------------------------------
     def init(self, keys: jax.Array, hp: PyTree) -> RunState:
-        """keys (R, 2) or (R,) typed keys; hp with leading axis R -> RunState with leading axis R."""
-        return self._init(keys, hp)
+        """keys (R, 2) uint32; hp with leading axis R -> RunState with leading axis R (one device)."""
+        return self._functions(None)[0](keys, hp)
 
     def interval(self, run: RunState, hp: PyTree, ratio: jax.Array, real: Transitions,
                  imag: Transitions) -> tuple[RunState, dict[str, jax.Array], dict[str, EvalResult]]:
-        """One compiled interval for all R runs (``run`` is donated). ratio: (R,) imaginary fraction."""
-        return self._interval(run, hp, ratio, real, imag, self.eval_params)
+        """One compiled interval for all R runs on one device (``run`` is donated). ratio: (R,)."""
+        return self._functions(None)[1](run, hp, ratio, real, imag, self.eval_params)
+
+    def memory_estimate(self, hp: PyTree, real: Transitions, imag: Transitions | None = None) -> MemoryEstimate:
+        """Estimates device memory from shapes alone (``jax.eval_shape``, nothing is compiled).
+
+        per_run = 6 × state (state in, state out, gradients, optimiser temporaries)
+                  + 8 × batch (gathers from both buffers, the select, activations of the same order)
+                  + Σ_levels 4 × evaluation batch (observations and environment state of all episodes)
+                  + interval outputs (metrics, evaluation results);
+        shared = the datasets and level parameters.
+        The factors are deliberately generous; :meth:`compiled_memory` gives XLA's exact figure for one
+        shape, at the cost of a compilation.
+
+        Args:
+          hp: the hyperparameters of ONE run (no leading run axis).
+          real, imag: the datasets (``imag`` None: real only).
+        """
+        imag = real if imag is None else imag
+        key = jax.ShapeDtypeStruct((2,), jnp.uint32)
+        ratio = jax.ShapeDtypeStruct((), jnp.float32)
+        state = jax.eval_shape(self._init_one, key, hp)
+        outputs = jax.eval_shape(self._interval_one, state, hp, ratio, real, imag, self.eval_params)[1:]
+        batch = jax.eval_shape(lambda k, r: sample_mixed(k, real, imag, self.config.batch_size, r), key, ratio)
+        episodes = self.config.eval_episodes
+        evaluation = 0
+        for level, params in self.eval_params.items():
+            env = self._envs[level]
+            tasks = jax.ShapeDtypeStruct((episodes,), jnp.int32)
+            keys = jax.ShapeDtypeStruct((episodes, 2), jnp.uint32)
+            evaluation += 4 * _nbytes(jax.eval_shape(lambda k, t, env=env, params=params:
+                                                     env.reset_to_task_batch(k, params, t), keys, tasks))
+        shared = _nbytes(real) + (0 if imag is real else _nbytes(imag)) + _nbytes(self.eval_params)
+        per_run = 6 * _nbytes(state) + 8 * _nbytes(batch) + evaluation + _nbytes(outputs)
+        return MemoryEstimate(per_run=int(per_run), shared=int(shared))
+
+    def compiled_memory(self, keys: jax.Array, hp: PyTree, real: Transitions,
+                        imag: Transitions | None = None) -> int:
+        """XLA's own peak estimate (arguments + outputs + temporaries − aliased) for one interval of
+        ``keys.shape[0]`` runs on one device; compiles that shape (seconds to minutes)."""
+        imag = real if imag is None else imag
+        init, interval = self._functions(None)
+        state = jax.eval_shape(init, keys, hp)
+        ratio = jax.ShapeDtypeStruct((keys.shape[0],), jnp.float32)
+        stats = interval.lower(state, hp, ratio, real, imag, self.eval_params).compile().memory_analysis()
+        return int(stats.argument_size_in_bytes + stats.output_size_in_bytes + stats.temp_size_in_bytes
+                   - stats.alias_size_in_bytes)
 
     def train(self, keys: jax.Array, hp: PyTree, real: Transitions, imag: Transitions | None = None,
               ratio: jax.Array | float = 0.0,
-              log: Callable[[str], None] | None = lambda s: print(s, file=sys.stderr, flush=True)
-              ) -> TrainResult:
+              log: Callable[[str], None] | None = lambda s: print(s, file=sys.stderr, flush=True),
+              *, mesh: Mesh | None | Literal["auto"] = "auto", runs_per_chunk: int | None = None,
+              checkpoint_dir: str | os.PathLike[str] | None = None, checkpoint_every: int = 1,
+              keep_checkpoints: int = 2, resume: bool = False,
+              run_dir: str | os.PathLike[str] | None = None) -> TrainResult:
         """Trains R runs for ``config.num_intervals`` intervals, evaluating after each.
 
         Args:
@@ -150,41 +353,223 @@ class Trainer:
           imag: the imaginary transitions; None means real data only (``ratio`` must then be 0).
           ratio: (R,) or scalar fraction of each batch drawn from ``imag``.
           log: progress sink (None silences).
+          mesh: "auto" lays the run axis on every device when there are several (:func:`default_mesh`);
+            None trains on the default device only; or an explicit 1-D mesh with axis ``'runs'``.
+          runs_per_chunk: train the run axis in chunks of this many runs, one after another (None: one
+            chunk). Chosen from a memory budget by :func:`imaginejax.sweep.run_sweep`.
+          checkpoint_dir: where to checkpoint (one sub-directory per chunk); None: no checkpoints.
+          checkpoint_every: K, checkpoint after every K-th interval (and after the last).
+          keep_checkpoints: N most recent checkpoints kept per chunk.
+          resume: continue from the newest checkpoints in ``checkpoint_dir``. Without it a non-empty
+            ``checkpoint_dir`` is refused, so a finished sweep is never silently overwritten.
+          run_dir: where ``metrics.jsonl`` / ``metrics.csv`` go (:mod:`imaginejax.runlog`); None: nowhere.
 
         Returns:
-          A :class:`TrainResult`.
+          A :class:`TrainResult` over the R runs in their order.
         """
+        cfg = self.config
+        keys = np.asarray(keys)
+        if keys.ndim != 2 or keys.dtype != np.uint32:
+            raise ValueError(f"keys must be (R, 2) uint32 raw PRNG keys (jax.random.split(PRNGKey(s), R)), "
+                             f"got {keys.dtype}{list(keys.shape)}")
         num_runs = int(keys.shape[0])
-        ratio = jnp.broadcast_to(jnp.asarray(ratio, jnp.float32), (num_runs,))
+        ratio = np.broadcast_to(np.asarray(ratio, np.float32), (num_runs,))
         if imag is None:
-            if bool(jnp.any(ratio > 0)):
+            if bool(np.any(ratio > 0)):
                 raise ValueError("ratio > 0 needs imaginary data: pass imag=... or set ratio=0")
             imag = real  # never read at ratio 0 (sample_mixed draws round(0·B) = 0 rows from it)
-        run = self.init(keys, hp)
-        steps, seconds, history, evals = [], [], [], []
-        for i in range(self.config.num_intervals):
-            start = time.perf_counter()
-            run, metrics, results = self.interval(run, hp, ratio, real, imag)
-            metrics, results = jax.device_get((metrics, results))
-            seconds.append(time.perf_counter() - start)
-            steps.append((i + 1) * self.config.updates_per_interval)
-            history.append(metrics)
-            evals.append(results)
+        if checkpoint_every < 1:
+            raise ValueError(f"checkpoint_every must be >= 1, got {checkpoint_every}")
+        if checkpoint_dir is not None and not resume and any(Path(checkpoint_dir).glob("chunk-*/step-*")):
+            raise CheckpointError(f"checkpoint_dir {checkpoint_dir} already holds checkpoints: pass resume=True "
+                                  "to continue that sweep, or choose an empty directory")
+        mesh = default_mesh() if mesh == "auto" else mesh
+        num_devices = 1 if mesh is None else int(mesh.devices.size)
+        chunk = num_runs if runs_per_chunk is None else int(runs_per_chunk)
+        if chunk < 1:
+            raise ValueError(f"runs_per_chunk must be >= 1, got {runs_per_chunk}")
+        hp = jax.tree.map(np.asarray, hp)
+        shared = _place((real, imag, self.eval_params),
+                        None if mesh is None else NamedSharding(mesh, P()))
+        metrics_log = None if run_dir is None else MetricsLog(run_dir)
+        if metrics_log is not None and not resume:
+            metrics_log.truncate(-1, 0)  # a fresh sweep starts a fresh log
+        outputs = []
+        for c, start in enumerate(range(0, num_runs, chunk)):
+            runs = np.arange(start, min(start + chunk, num_runs))
+            outputs.append(self._train_chunk(
+                c, runs, keys, hp, ratio, shared, mesh, num_devices, log,
+                None if checkpoint_dir is None else Path(checkpoint_dir) / f"chunk-{c:03d}",
+                checkpoint_every, keep_checkpoints, resume, metrics_log))
+        return _concatenate(outputs)
+
+    # -- one chunk ----------------------------------------------------------------------------
+    def _fingerprint(self, keys: np.ndarray, hp: PyTree, ratio: np.ndarray, shared: PyTree) -> str:
+        """Hash of everything that determines a chunk's computation (to refuse a foreign checkpoint)."""
+        digest = hashlib.sha256()
+        digest.update(repr((self.algo.name, self.spec, self.config, self.levels)).encode())
+        for leaf in [keys, ratio] + jax.tree.leaves(hp):
+            digest.update(np.ascontiguousarray(leaf).tobytes())
+        digest.update(repr([(x.shape, str(x.dtype)) for x in jax.tree.leaves(shared)]).encode())
+        return digest.hexdigest()
+
+    def _train_chunk(self, chunk_index: int, runs: np.ndarray, keys: np.ndarray, hp: PyTree,
+                     ratio: np.ndarray, shared: tuple, mesh: Mesh | None, num_devices: int,
+                     log: Callable[[str], None] | None, checkpoint_dir: Path | None, checkpoint_every: int,
+                     keep: int, resume: bool, metrics_log: MetricsLog | None) -> TrainResult:
+        cfg = self.config
+        n = len(runs)
+        multiple = num_devices * (cfg.run_block or 1)
+        padded = -(-n // multiple) * multiple
+        index = np.concatenate([runs, np.full(padded - n, runs[-1])])  # padding: copies of the last run
+        c_keys, c_hp, c_ratio = keys[index], _take_runs(hp, index), ratio[index]
+        fingerprint = self._fingerprint(c_keys, c_hp, c_ratio, shared)
+        run_sharding = None if mesh is None else NamedSharding(mesh, P(RUNS))
+        c_keys, c_hp, c_ratio = _place((c_keys, c_hp, c_ratio), run_sharding)
+        init, interval = self._functions(mesh)
+        real, imag, eval_params = shared
+
+        history: dict[str, Any] = {"steps": [], "seconds": [], "metrics": [], "success": [], "returns": []}
+        frozen_at = np.zeros(padded, np.int64)
+        task_success: dict[str, np.ndarray] = {}
+        done = 0
+        state = None
+        latest = list_checkpoints(checkpoint_dir) if (resume and checkpoint_dir is not None) else []
+        if latest:
+            path = latest[-1][1]
+            manifest, arrays = load_checkpoint(path)
+            if manifest["meta"].get("fingerprint") != fingerprint:
+                raise CheckpointError(f"checkpoint {path} belongs to a different sweep (keys, hyperparameters, "
+                                      "ratios, engine settings or data shapes differ): resume with the same "
+                                      "sweep, or use a new checkpoint_dir")
+            target = jax.eval_shape(init, c_keys, c_hp)
+            state = _place(unflatten_named(arrays, target, "state", path), run_sharding)
+            done = int(manifest["interval"])
+            history, frozen_at, task_success = _history_from_arrays(arrays, manifest["meta"], done)
             if log is not None:
-                ups = num_runs * self.config.updates_per_interval / seconds[-1]
-                succ = "  ".join(f"{lv} {100 * np.mean(r.success_rate):5.1f}%" for lv, r in results.items())
-                loss = np.mean(metrics["loss"]) if "loss" in metrics else float("nan")
-                log(f"[{i + 1}/{self.config.num_intervals}] step {steps[-1]:>7}  loss {loss:.4f}  "
-                    f"success {succ}  ({seconds[-1]:.1f}s, {ups:,.0f} updates/s over {num_runs} runs)")
-        return TrainResult(
-            state=run,
-            steps=np.asarray(steps),
-            metrics={k: np.stack([np.asarray(h[k]) for h in history]) for k in history[0]},
-            success={lv: np.stack([np.asarray(e[lv].success_rate) for e in evals]) for lv in self.levels},
-            returns={lv: np.stack([np.asarray(e[lv].mean_return) for e in evals]) for lv in self.levels},
-            task_success={lv: np.asarray(evals[-1][lv].task_success) for lv in self.levels},
-            seconds=np.asarray(seconds),
-        )
+                log(f"resumed chunk {chunk_index} from {path} ({done}/{cfg.num_intervals} intervals done)")
+            if metrics_log is not None:
+                metrics_log.truncate(chunk_index, done)
+        elif metrics_log is not None:
+            metrics_log.truncate(chunk_index, 0)
+        if state is None:
+            state = init(c_keys, c_hp)
+
+        for i in range(done, cfg.num_intervals):
+            start = time.perf_counter()
+            state, metrics, results = interval(state, c_hp, c_ratio, real, imag, eval_params)
+            metrics, results, finite = _fetch((metrics, results, state.finite))
+            seconds = time.perf_counter() - start
+            step = (i + 1) * cfg.updates_per_interval
+            newly = (~np.asarray(finite)) & (frozen_at == 0)
+            frozen_at[newly] = i + 1
+            history["steps"].append(step)
+            history["seconds"].append(seconds)
+            history["metrics"].append({k: np.asarray(v) for k, v in metrics.items()})
+            history["success"].append({lv: np.asarray(results[lv].success_rate) for lv in self.levels})
+            history["returns"].append({lv: np.asarray(results[lv].mean_return) for lv in self.levels})
+            task_success = {lv: np.asarray(results[lv].task_success) for lv in self.levels}
+            if log is not None:
+                real_runs = slice(0, n)
+                ups = n * cfg.updates_per_interval / seconds
+                succ = "  ".join(f"{lv} {100 * np.mean(history['success'][-1][lv][real_runs]):5.1f}%"
+                                 for lv in self.levels)
+                loss = np.nanmean(metrics["loss"][real_runs]) if "loss" in metrics else float("nan")
+                prefix = f"chunk {chunk_index} " if chunk_index or len(runs) < keys.shape[0] else ""
+                log(f"{prefix}[{i + 1}/{cfg.num_intervals}] step {step:>7}  loss {loss:.4f}  "
+                    f"success {succ}  ({seconds:.1f}s, {ups:,.0f} updates/s over {n} runs)")
+                for j in np.flatnonzero(newly[:n]):
+                    log(f"run {runs[j]} went non-finite in interval {i + 1}: frozen at its state after "
+                        f"interval {i} (other runs unaffected)")
+            if metrics_log is not None:
+                metrics_log.write_interval(
+                    chunk_index, i + 1, step, seconds, runs, np.asarray(finite)[:n],
+                    {k: v[:n] for k, v in history["metrics"][-1].items()},
+                    {k: v[:n] for k, v in history["success"][-1].items()},
+                    {k: v[:n] for k, v in history["returns"][-1].items()})
+            if checkpoint_dir is not None and ((i + 1) % checkpoint_every == 0 or i + 1 == cfg.num_intervals):
+                arrays = flatten_named(_fetch(state), "state")
+                arrays.update(_history_to_arrays(history, frozen_at, task_success))
+                save_checkpoint(checkpoint_dir, i + 1, arrays,
+                                {"fingerprint": fingerprint, "runs": runs.tolist(), "padded": padded,
+                                 "levels": list(self.levels), "metrics": list(history["metrics"][0])},
+                                keep=keep)
+
+        result = _assemble(state, history, frozen_at, task_success, self.levels)
+        return _unpad(result, n)
+
+
+def _history_to_arrays(history: dict[str, Any], frozen_at: np.ndarray,
+                       task_success: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The history lists as named stacked arrays for a checkpoint."""
+    out = {"history/steps": np.asarray(history["steps"], np.int64),
+           "history/seconds": np.asarray(history["seconds"], np.float64),
+           "history/frozen_at": frozen_at}
+    for group in ("metrics", "success", "returns"):
+        for name in history[group][0]:
+            out[f"history/{group}/{name}"] = np.stack([h[name] for h in history[group]])
+    for level, value in task_success.items():
+        out[f"history/task_success/{level}"] = value
+    return out
+
+
+def _history_from_arrays(arrays: dict[str, np.ndarray], meta: dict[str, Any],
+                         done: int) -> tuple[dict[str, Any], np.ndarray, dict[str, np.ndarray]]:
+    """Inverse of :func:`_history_to_arrays` (``done`` intervals)."""
+    history: dict[str, Any] = {"steps": arrays["history/steps"].tolist(),
+                               "seconds": arrays["history/seconds"].tolist()}
+    names = {"metrics": meta["metrics"], "success": meta["levels"], "returns": meta["levels"]}
+    for group, keys in names.items():
+        history[group] = [{k: arrays[f"history/{group}/{k}"][i] for k in keys} for i in range(done)]
+    task_success = {lv: arrays[f"history/task_success/{lv}"] for lv in meta["levels"]}
+    return history, arrays["history/frozen_at"].copy(), task_success
+
+
+def _assemble(state: RunState, history: dict[str, Any], frozen_at: np.ndarray,
+              task_success: dict[str, np.ndarray], levels: tuple[str, ...]) -> TrainResult:
+    finite = np.asarray(_fetch(state.finite))
+    return TrainResult(
+        state=state,
+        steps=np.asarray(history["steps"]),
+        metrics={k: np.stack([h[k] for h in history["metrics"]]) for k in history["metrics"][0]},
+        success={lv: np.stack([h[lv] for h in history["success"]]) for lv in levels},
+        returns={lv: np.stack([h[lv] for h in history["returns"]]) for lv in levels},
+        task_success=dict(task_success),
+        seconds=np.asarray(history["seconds"]),
+        finite=finite,
+        frozen_at=frozen_at,
+    )
+
+
+def _unpad(result: TrainResult, n: int) -> TrainResult:
+    """Drops padded runs (all beyond the first n)."""
+    if int(result.finite.shape[0]) == n:
+        return result
+    cut = lambda d: {k: v[:, :n] for k, v in d.items()}
+    return dataclasses.replace(
+        result, state=jax.tree.map(lambda x: x[:n], result.state), metrics=cut(result.metrics),
+        success=cut(result.success), returns=cut(result.returns),
+        task_success={k: v[:n] for k, v in result.task_success.items()},
+        finite=result.finite[:n], frozen_at=result.frozen_at[:n])
+
+
+def _concatenate(parts: list[TrainResult]) -> TrainResult:
+    """Chunks trained one after another -> one result over all runs, in run order."""
+    if len(parts) == 1:
+        return parts[0]
+    along = lambda dicts, axis: {k: np.concatenate([d[k] for d in dicts], axis) for k in dicts[0]}
+    return TrainResult(
+        state=jax.tree.map(lambda *xs: jnp.concatenate([jnp.asarray(_fetch(x)) for x in xs]),
+                           *[p.state for p in parts]),
+        steps=parts[0].steps,
+        metrics=along([p.metrics for p in parts], 1),
+        success=along([p.success for p in parts], 1),
+        returns=along([p.returns for p in parts], 1),
+        task_success=along([p.task_success for p in parts], 0),
+        seconds=np.sum([p.seconds for p in parts], axis=0),
+        finite=np.concatenate([p.finite for p in parts]),
+        frozen_at=np.concatenate([p.frozen_at for p in parts]),
+    )
 
 
 def make_train(algo: Algorithm, spec: Spec, config: EngineConfig,

@@ -1,0 +1,307 @@
+"""Sweep definitions: seeds × numeric hyperparameters × real/imaginary ratios, flattened to a run axis.
+
+A :class:`Sweep` is either a *grid* (the Cartesian product of value lists) or a *list* of explicit runs.
+Either way it flattens to R runs with a table ``run index -> (seed, hyperparameter values, ratio)``;
+:meth:`Sweep.build` turns it into what the engine takes: keys (R, 2), the algorithm's hp pytree with a
+leading R axis, ratios (R,). Hyperparameters are named by their path in the hp pytree (``learning_rate``,
+``alpha``, ``normalizer.mean`` — nested fields joined by dots); only scalar leaves can be swept, the others
+are broadcast from the base hp.
+
+Conventions:
+
+* Grid order: ratio, then the hyperparameters in the order given, then the seed *innermost*, so the
+  seeds of one configuration are contiguous and share a ``config`` index (what statistics group over).
+* A run's key is ``PRNGKey(seed)``: runs that differ only in hyperparameters or ratio share their
+  randomness (initialisation, minibatch indices), common random numbers that sharpen comparisons.
+
+:func:`run_sweep` estimates memory before anything is compiled (:meth:`Trainer.memory_estimate`),
+picks the largest chunk of runs that fits the budget on every device, and trains the chunks one after
+another (results concatenated in run order). :func:`init_distributed` joins a multi-host job.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import jax
+import numpy as np
+
+from imaginejax.data.types import Transitions
+from imaginejax.engine import MemoryEstimate, TrainResult, Trainer, default_mesh
+
+PyTree = Any
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSpec:
+    """One row of a sweep table.
+
+    Attributes:
+      run: index on the run axis.
+      config: index of the configuration (hyperparameters + ratio); runs differing only in seed share it.
+      seed: the run's seed (its key is ``PRNGKey(seed)``).
+      ratio: imaginary fraction of each batch.
+      hp: swept hyperparameter name -> value.
+    """
+
+    run: int
+    config: int
+    seed: int
+    ratio: float
+    hp: dict[str, float]
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepArrays:
+    """A sweep as engine inputs: keys (R, 2) uint32, hp pytree with leading R, ratios (R,) float32."""
+
+    keys: np.ndarray
+    hp: PyTree
+    ratios: np.ndarray
+
+
+@dataclasses.dataclass(frozen=True)
+class Sweep:
+    """R runs; build with :meth:`grid` or :meth:`from_runs`. ``table`` lists them in run order."""
+
+    table: tuple[RunSpec, ...]
+
+    @classmethod
+    def grid(cls, seeds: Sequence[int] | int, ratios: Sequence[float] = (0.0,),
+             hp: Mapping[str, Sequence[float]] | None = None) -> "Sweep":
+        """The Cartesian product ratios × hp values × seeds (seed innermost).
+
+        Args:
+          seeds: seed values, or an int n for seeds 0..n-1.
+          ratios: imaginary fractions in [0, 1].
+          hp: hyperparameter name -> values (each list non-empty).
+        """
+        seeds = list(range(seeds)) if isinstance(seeds, int) else [int(s) for s in seeds]
+        hp = dict(hp or {})
+        if not seeds:
+            raise ValueError("a sweep needs at least one seed")
+        for name, values in hp.items():
+            if len(values) == 0:
+                raise ValueError(f"hyperparameter {name!r} has no values")
+        names = list(hp)
+        table, run, config = [], 0, 0
+        for ratio in ratios:
+            for values in itertools.product(*(hp[n] for n in names)):
+                for seed in seeds:
+                    table.append(RunSpec(run=run, config=config, seed=seed, ratio=float(ratio),
+                                         hp={n: float(v) for n, v in zip(names, values)}))
+                    run += 1
+                config += 1
+        return cls(_checked(table))
+
+    @classmethod
+    def from_runs(cls, runs: Sequence[Mapping[str, float]]) -> "Sweep":
+        """An explicit list: each entry has ``seed``, optionally ``ratio`` (default 0) and hp values.
+
+        Runs with equal (ratio, hp values) share a ``config`` index, numbered in order of appearance.
+        """
+        table, configs = [], {}
+        for run, entry in enumerate(runs):
+            entry = dict(entry)
+            if "seed" not in entry:
+                raise ValueError(f"run {run} has no 'seed': every run of a list sweep needs one")
+            seed, ratio = int(entry.pop("seed")), float(entry.pop("ratio", 0.0))
+            values = {k: float(v) for k, v in entry.items()}
+            config = configs.setdefault((ratio, tuple(sorted(values.items()))), len(configs))
+            table.append(RunSpec(run=run, config=config, seed=seed, ratio=ratio, hp=values))
+        return cls(_checked(table))
+
+    @property
+    def num_runs(self) -> int:
+        """R."""
+        return len(self.table)
+
+    def build(self, base_hp: PyTree) -> SweepArrays:
+        """Engine inputs for this sweep.
+
+        Args:
+          base_hp: the algorithm's hp for ONE run (e.g. ``algo.default_hp(spec)``); swept names must be
+            scalar leaves of it, the other leaves are repeated R times.
+
+        Returns:
+          :class:`SweepArrays` (keys (R, 2) uint32, hp with leading R in the leaves' dtypes, ratios (R,)).
+        """
+        leaves = hp_leaves(base_hp)
+        swept = sorted({name for spec in self.table for name in spec.hp})
+        for name in swept:
+            if name not in leaves:
+                raise ValueError(f"{name!r} is not a hyperparameter of this algorithm; its hp has: "
+                                 f"{', '.join(leaves)}")
+            if np.ndim(leaves[name]) != 0:
+                raise ValueError(f"hyperparameter {name!r} has shape {np.shape(leaves[name])}: only scalar "
+                                 "hyperparameters can be swept")
+        flat, treedef = jax.tree_util.tree_flatten_with_path(base_hp)
+        columns = []
+        for path, leaf in flat:
+            name = _path_name(path)
+            leaf = np.asarray(leaf)
+            if name in swept:
+                values = np.asarray([spec.hp.get(name, leaf.item()) for spec in self.table])
+                cast = values.astype(leaf.dtype)
+                if np.issubdtype(leaf.dtype, np.integer) and not np.array_equal(cast, values):
+                    raise ValueError(f"hyperparameter {name!r} is an integer ({leaf.dtype}); got non-integer "
+                                     f"values {values[cast != values].tolist()}")
+                columns.append(cast)
+            else:
+                columns.append(np.broadcast_to(leaf, (self.num_runs,) + leaf.shape).copy())
+        hp = jax.tree_util.tree_unflatten(treedef, columns)
+        keys = np.stack([np.asarray(jax.random.PRNGKey(spec.seed)) for spec in self.table]).astype(np.uint32)
+        ratios = np.asarray([spec.ratio for spec in self.table], np.float32)
+        return SweepArrays(keys=keys, hp=hp, ratios=ratios)
+
+    def to_json(self) -> list[dict[str, Any]]:
+        """The table as JSON-ready records."""
+        return [dataclasses.asdict(spec) for spec in self.table]
+
+
+def _checked(table: list[RunSpec]) -> tuple[RunSpec, ...]:
+    if not table:
+        raise ValueError("the sweep is empty")
+    for spec in table:
+        if not 0.0 <= spec.ratio <= 1.0:
+            raise ValueError(f"run {spec.run}: ratio must be in [0, 1], got {spec.ratio}")
+    return tuple(table)
+
+
+def _path_name(path: tuple) -> str:
+    parts = []
+    for entry in path:
+        for attr in ("name", "key", "idx"):
+            if hasattr(entry, attr):
+                parts.append(str(getattr(entry, attr)))
+                break
+    return ".".join(parts)
+
+
+def hp_leaves(hp: PyTree) -> dict[str, np.ndarray]:
+    """Name (dotted pytree path) -> leaf of an hp pytree, e.g. ``{'learning_rate': array(1e-3)}``."""
+    return {_path_name(path): np.asarray(leaf) for path, leaf in jax.tree_util.tree_flatten_with_path(hp)[0]}
+
+
+# ---------------------------------------------------------------------------------------------------
+# Memory and chunking
+# ---------------------------------------------------------------------------------------------------
+def default_memory_budget() -> int:
+    """Usable bytes per device: 80 % of an accelerator's limit, or half the host's available RAM on CPU."""
+    stats = jax.devices()[0].memory_stats() if hasattr(jax.devices()[0], "memory_stats") else None
+    if stats and "bytes_limit" in stats:
+        return int(0.8 * stats["bytes_limit"])
+    try:
+        available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        available = 8 << 30
+    return int(0.5 * available / max(1, jax.local_device_count()))
+
+
+def plan_chunks(num_runs: int, estimate: MemoryEstimate, budget: int, num_devices: int) -> int:
+    """Largest number of runs per chunk whose estimate fits ``budget`` bytes on each device.
+
+    Args:
+      num_runs: R.
+      estimate: per-run and shared bytes (:meth:`Trainer.memory_estimate`).
+      budget: bytes available per device.
+      num_devices: D, devices the run axis is laid on.
+
+    Returns:
+      runs per chunk: R when everything fits, else a multiple of D (each device's share fits).
+
+    Raises:
+      MemoryError: not even one run per device fits (the message gives the numbers).
+    """
+    per_device = (budget - estimate.shared) // max(estimate.per_run, 1)
+    if per_device < 1:
+        raise MemoryError(f"one run needs ~{_mib(estimate.total(1))} (datasets {_mib(estimate.shared)}, "
+                          f"{_mib(estimate.per_run)} per run) but the budget is {_mib(budget)} per device: "
+                          "lower batch_size / eval_episodes / network widths, or raise memory_budget")
+    return int(min(num_runs, per_device * num_devices))
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:,.1f} MiB"
+
+
+# ---------------------------------------------------------------------------------------------------
+# Running a sweep
+# ---------------------------------------------------------------------------------------------------
+@dataclasses.dataclass
+class SweepResult:
+    """A trained sweep: its table, the engine's result (run axis in table order), the plan used."""
+
+    sweep: Sweep
+    result: TrainResult
+    runs_per_chunk: int
+    estimate: MemoryEstimate
+
+
+def run_sweep(trainer: Trainer, sweep: Sweep, base_hp: PyTree, real: Transitions,
+              imag: Transitions | None = None, *, memory_budget: int | None = None, mesh: Any = "auto",
+              run_dir: str | os.PathLike[str] | None = None,
+              log: Callable[[str], None] | None = None, **train_kwargs: Any) -> SweepResult:
+    """Trains every run of ``sweep``, chunked to fit ``memory_budget``.
+
+    Args:
+      trainer: from :func:`imaginejax.engine.make_train`.
+      sweep: the runs.
+      base_hp: hp of one run; swept values override it (:meth:`Sweep.build`).
+      real, imag: datasets (``imag`` None: every ratio must be 0).
+      memory_budget: bytes per device (None: :func:`default_memory_budget`).
+      mesh: as :meth:`Trainer.train`.
+      run_dir: metrics (JSONL, CSV) and ``sweep.json`` (the table and plan) go here; None: nowhere.
+      log: progress sink (None: stderr).
+      **train_kwargs: passed to :meth:`Trainer.train` (checkpoint_dir, checkpoint_every, resume, ...).
+
+    Returns:
+      A :class:`SweepResult`.
+    """
+    arrays = sweep.build(base_hp)
+    estimate = trainer.memory_estimate(base_hp, real, imag)
+    resolved = default_mesh() if mesh == "auto" else mesh
+    num_devices = 1 if resolved is None else int(resolved.devices.size)
+    budget = default_memory_budget() if memory_budget is None else int(memory_budget)
+    chunk = plan_chunks(sweep.num_runs, estimate, budget, num_devices)
+    if log is None:
+        log = lambda s: print(s, flush=True, file=sys.stderr)
+    log(f"sweep: {sweep.num_runs} runs on {num_devices} device(s); estimated {_mib(estimate.per_run)} per run + "
+        f"{_mib(estimate.shared)} shared, budget {_mib(budget)} per device -> "
+        f"{-(-sweep.num_runs // chunk)} chunk(s) of <= {chunk} runs")
+    if run_dir is not None:
+        Path(run_dir).mkdir(parents=True, exist_ok=True)
+        record = {"runs": sweep.to_json(), "runs_per_chunk": chunk, "devices": num_devices,
+                  "estimate": dataclasses.asdict(estimate), "budget": budget,
+                  "engine": dataclasses.asdict(trainer.config), "algo": trainer.algo.name}
+        tmp = Path(run_dir) / "sweep.json.tmp"
+        tmp.write_text(json.dumps(record, indent=1))
+        tmp.replace(Path(run_dir) / "sweep.json")
+    result = trainer.train(arrays.keys, arrays.hp, real, imag, arrays.ratios, log=log, mesh=resolved,
+                           runs_per_chunk=chunk, run_dir=run_dir, **train_kwargs)
+    return SweepResult(sweep=sweep, result=result, runs_per_chunk=chunk, estimate=estimate)
+
+
+def init_distributed() -> bool:
+    """Joins a multi-host job when the standard environment says there is one; call before any JAX work.
+
+    Calls ``jax.distributed.initialize()`` (which reads ``JAX_COORDINATOR_ADDRESS``,
+    ``JAX_NUM_PROCESSES``, ``JAX_PROCESS_ID``, or detects SLURM / Cloud TPU / MPI clusters itself) when
+    ``JAX_COORDINATOR_ADDRESS`` is set or ``IMAGINEJAX_DISTRIBUTED=1``. Every process must then build the
+    same sweep and datasets; the engine's default mesh spans all hosts' devices and results are gathered
+    on every process. Not exercised by the tests (one host here).
+
+    Returns:
+      True if a distributed job was joined.
+    """
+    wanted = os.environ.get("JAX_COORDINATOR_ADDRESS") or os.environ.get("IMAGINEJAX_DISTRIBUTED") == "1"
+    if not wanted:
+        return False
+    jax.distributed.initialize()
+    return True

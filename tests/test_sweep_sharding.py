@@ -1,0 +1,76 @@
+"""The run axis on a mesh of 8 (forced host) devices: bitwise the results of a 2-device mesh, and the
+one-device results to float32 round-off (XLA's partitioned compile differs in arithmetic; see the
+engine's module docstring).
+
+XLA_FLAGS must be set before jax is imported, so the check runs in a subprocess.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+SCRIPT = textwrap.dedent("""
+    import os, sys
+    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+    sys.path.insert(0, sys.argv[1])
+    import jax, jax.numpy as jnp, numpy as np
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    from imaginejax.algos.base import Spec
+    from imaginejax.algos.bc import BCHyperparams, make_bc
+    from imaginejax.algos.networks import NetConfig
+    from imaginejax.data.transitions import to_transitions
+    from imaginejax.engine import EngineConfig, make_train
+    from imaginejax.sweep import Sweep, run_sweep
+    from toy_env import NUM_TASKS, STATE_DIM, ToyEnv, expert_dataset
+
+    assert jax.device_count() == 8, jax.devices()
+    spec = Spec(state_dim=STATE_DIM, embed_dim=NUM_TASKS, discrete=True, action_dim=NUM_TASKS)
+    env = ToyEnv()
+    cfg = EngineConfig(batch_size=16, updates_per_interval=20, num_intervals=2, eval_episodes=16, run_block=1)
+    trainer = make_train(make_bc(spec, NetConfig(encoder_width=16, hidden=(16,))), spec, cfg,
+                         {"train": (env, env.default_params())})
+    real = to_transitions(expert_dataset(64))
+    imag = to_transitions(expert_dataset(32, seed=1))
+    # R = 10 runs (not a multiple of 8: padded to 16 on the mesh, padding dropped).
+    sweep = Sweep.grid(seeds=5, ratios=[0.0, 0.5])
+    base = BCHyperparams(learning_rate=jnp.float32(3e-3))
+    quiet = lambda s: None
+    one = run_sweep(trainer, sweep, base, real, imag, mesh=None, memory_budget=1 << 40, log=quiet).result
+    eight = run_sweep(trainer, sweep, base, real, imag, memory_budget=1 << 40, log=quiet).result  # auto mesh
+    two = run_sweep(trainer, sweep, base, real, imag, mesh=Mesh(np.asarray(jax.devices()[:2]), ("runs",)),
+                    memory_budget=1 << 40, log=quiet).result
+
+    assert eight.success["train"].shape == (2, 10) and eight.finite.shape == (10,)
+    # 8 devices (10 runs padded to 16) == 2 devices (5 runs each, no padding), bit for bit.
+    for a, b in zip(jax.tree.leaves(two.state), jax.tree.leaves(eight.state)):
+        assert a.shape == b.shape, (a.shape, b.shape)
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    for name in one.metrics:
+        np.testing.assert_array_equal(two.metrics[name], eight.metrics[name])
+        np.testing.assert_allclose(one.metrics[name], eight.metrics[name], rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(two.success["train"], eight.success["train"])
+    np.testing.assert_array_equal(two.returns["train"], eight.returns["train"])
+    np.testing.assert_array_equal(two.task_success["train"], eight.task_success["train"])
+    np.testing.assert_array_equal(one.success["train"], eight.success["train"])
+    for a, b in zip(jax.tree.leaves(one.state), jax.tree.leaves(eight.state)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+    # Without padding the returned state stays laid out along the run axis of the mesh.
+    for leaf in jax.tree.leaves(two.state):
+        assert isinstance(leaf.sharding, NamedSharding) and leaf.sharding.spec == P("runs"), leaf.sharding
+        assert len(leaf.sharding.device_set) == 2
+    print("BITWISE-OK")
+""")
+
+
+def test_sharded_runs_match_unsharded(tmp_path):
+    script = tmp_path / "sharded.py"
+    script.write_text(SCRIPT)
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    proc = subprocess.run([sys.executable, str(script), str(Path(__file__).parent)], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "BITWISE-OK" in proc.stdout
