@@ -135,3 +135,18 @@ def test_default_expert_on_every_hard_goal():
     rate = success_rate(ds)
     print(f"\nexpert (default, lookahead when stuck) success hard: {rate:.3f} over {ds.num_trajectories} episodes")
     assert rate >= 0.8
+
+
+def test_active_mask_skips_finished_episodes_without_changing_actions():
+    """``active``: the active environments get exactly the actions computed without the mask."""
+    env, params = level("train")
+    batch = 12
+    balls = jax.random.uniform(jax.random.PRNGKey(2), (batch, 5, 2), minval=-0.5, maxval=0.5)
+    goal = params.goals[np.arange(batch) % params.num_tasks]
+    active = jnp.asarray(np.arange(batch) % 3 == 1)  # 4 active, scattered: one chunk of 4 planned
+    config = expert.ExpertConfig(lookahead_width=0, chunk=4)
+    run = jax.jit(lambda key, b, g, a: (expert.expert_actions(key, b, g, config),
+                                        expert.expert_actions(key, b, g, config, active=a)))
+    full, masked = run(jax.random.PRNGKey(3), balls, goal, active)
+    np.testing.assert_array_equal(np.asarray(masked)[np.asarray(active)], np.asarray(full)[np.asarray(active)])
+    assert (np.asarray(masked)[~np.asarray(active)] == 0).all()

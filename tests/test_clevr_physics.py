@@ -326,3 +326,17 @@ def test_sample_layout_ranges_and_gap() -> None:
     assert dist.min() >= P.MIN_CENTRE_DISTANCE
     again = np.asarray(P.sample_layout(jax.random.PRNGKey(5), 4096))
     np.testing.assert_array_equal(layout, again)
+
+
+def test_large_batches_are_pushed_in_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Above PUSH_CHUNK the batch is split into equal chunks (lax.map): same results, any shape."""
+    balls = P.sample_layout(jax.random.PRNGKey(8), 11)
+    ball, direction = P.decode_action(jnp.arange(11, dtype=jnp.int32) * 11 % 40)
+    whole = np.asarray(jax.jit(P.push)(balls, ball, direction))
+    monkeypatch.setattr(P, "PUSH_CHUNK", 4)  # 11 -> 3 chunks of 4 (one padded slot)
+    chunked = np.asarray(jax.jit(P.push)(balls, ball, direction))
+    outer = np.asarray(jax.jit(jax.vmap(P.push))(balls[:10].reshape(2, 5, 5, 2), ball[:10].reshape(2, 5),
+                                                 direction[:10].reshape(2, 5))).reshape(10, 5, 2)
+    np.testing.assert_allclose(chunked, whole, atol=1e-6)
+    np.testing.assert_allclose(outer, whole[:10], atol=1e-6)
+    assert np.abs(whole - np.asarray(balls)).max() > 0.1

@@ -212,7 +212,8 @@ def _lookahead(first: jax.Array, first_score: jax.Array, prev_vec: jax.Array, go
     return jnp.maximum(first_score, expanded)
 
 
-def expert_actions(key: jax.Array, balls: jax.Array, goal: jax.Array, config: ExpertConfig = ExpertConfig()) -> jax.Array:
+def expert_actions(key: jax.Array, balls: jax.Array, goal: jax.Array, config: ExpertConfig = ExpertConfig(),
+                   active: jax.Array | None = None) -> jax.Array:
     """Expert actions for a batch of environments.
 
     Args:
@@ -220,6 +221,10 @@ def expert_actions(key: jax.Array, balls: jax.Array, goal: jax.Array, config: Ex
       balls: (B, 5, 2) current ball positions.
       goal: (B, G) int32 goal vectors.
       config: :class:`ExpertConfig`.
+      active: optional (B,) bool, the environments whose action is needed (e.g. episodes not yet
+        ended). The active ones are gathered to the front and chunks without an active environment
+        skip the simulation; inactive environments get action 0 (or a random one with probability
+        epsilon). The actions of active environments are those computed without ``active``.
     Returns: (B,) int32 actions in [0, 40).
     """
     batch = balls.shape[0]
@@ -236,10 +241,25 @@ def expert_actions(key: jax.Array, balls: jax.Array, goal: jax.Array, config: Ex
         x = jnp.concatenate([x, jnp.repeat(x[:1], pad, axis=0)], axis=0) if pad else x
         return x.reshape((n_chunks, chunk) + x.shape[1:])
 
-    scores = jax.lax.map(
-        lambda args: _plan_chunk(*args, lookahead_width=config.lookahead_width),
-        (padded(balls), padded(goal), padded(noise)),
-    ).reshape(n_chunks * chunk, tasks.NUM_ACTIONS)[:batch]
+    if active is None:
+        scores = jax.lax.map(
+            lambda args: _plan_chunk(*args, lookahead_width=config.lookahead_width),
+            (padded(balls), padded(goal), padded(noise)),
+        ).reshape(n_chunks * chunk, tasks.NUM_ACTIONS)[:batch]
+    else:
+        # Active environments first (stable order), so the finished ones fill whole chunks that are
+        # skipped; late in a collection most chunks are then free.
+        order = jnp.argsort(~active, stable=True)
+        act = padded(active[order])
+
+        def plan(args):
+            b, g, n, a = args
+            return jax.lax.cond(jnp.any(a), lambda: _plan_chunk(b, g, n, lookahead_width=config.lookahead_width),
+                                lambda: jnp.zeros((chunk, tasks.NUM_ACTIONS), jnp.float32))
+
+        sorted_scores = jax.lax.map(plan, (padded(balls[order]), padded(goal[order]), padded(noise[order]), act))
+        sorted_scores = sorted_scores.reshape(n_chunks * chunk, tasks.NUM_ACTIONS)[:batch]
+        scores = jnp.zeros_like(sorted_scores).at[order].set(sorted_scores)
     greedy = jnp.argmax(scores, axis=-1).astype(jnp.int32)
     random = jax.random.randint(key_rand, (batch,), 0, tasks.NUM_ACTIONS, jnp.int32)
     explore = jax.random.uniform(key_eps, (batch,)) < config.epsilon
@@ -252,12 +272,16 @@ Policy = Callable[..., jax.Array]
 def make_policy(config: ExpertConfig = ExpertConfig()) -> Policy:
     """The expert as a collection policy ``policy(key, obs, state, params) -> actions (B,)``.
 
+    Environments whose episode has ended (``state.done``) are not planned for (see ``active`` in
+    :func:`expert_actions`); they get action 0, which the frozen environment ignores.
+
     ``obs`` is unused: the expert reads the true ball positions and the task's goal from the batched
     environment state (``state.balls`` (B, 5, 2), ``params.goals[state.task]``).
     """
 
     def policy(key: jax.Array, obs: jax.Array, state, params) -> jax.Array:
         del obs
-        return expert_actions(key, state.balls, params.goals[state.task], config)
+        # Ended episodes (``state.done``) are frozen by the environment: their action is not needed.
+        return expert_actions(key, state.balls, params.goals[state.task], config, active=~state.done)
 
     return policy
