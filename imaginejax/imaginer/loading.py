@@ -40,6 +40,7 @@ from safetensors import safe_open
 
 from imaginejax.imaginer.llama import LlamaConfig, Params, RopeScaling
 from imaginejax.lang import ModelFilesNotFoundError, WeightLoadError
+from imaginejax.lang.encoder import read_json, require_file
 
 __all__ = [
     "ModelFilesNotFoundError", "WeightLoadError", "SMOLLM2_PACKAGE", "smollm2_gguf_path",
@@ -155,30 +156,14 @@ def llama_params_from_state_dict(state: Mapping[str, Any], config: LlamaConfig,
 # Hugging Face directories
 
 
-def _require_file(model_dir: Path, name: str) -> Path:
-    """``model_dir / name`` if it is a file, else a :class:`ModelFilesNotFoundError` naming it."""
-    path = model_dir / name
-    if not path.is_file():
-        raise ModelFilesNotFoundError(f"model file {name!r} not found in {model_dir}")
-    return path
-
-
-def _read_json(path: Path) -> Any:
-    """Parsed JSON of ``path``, with the file named in the error if it is malformed."""
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{path} is not valid JSON: {error}") from None
-
-
 def load_hf_config(path: str | Path) -> LlamaConfig:
     """A :class:`LlamaConfig` from a Hugging Face ``config.json`` (the file or its directory)."""
     path = Path(path)
     if path.is_dir():
-        path = _require_file(path, "config.json")
+        path = require_file(path, "config.json")
     elif not path.is_file():
         raise ModelFilesNotFoundError(f"config file not found: {path}")
-    fields = _read_json(path)
+    fields = read_json(path)
     if not isinstance(fields, dict):
         raise ValueError(f"{path}: expected a JSON object")
     try:
@@ -217,7 +202,7 @@ def hf_state_dict(model_dir: str | Path) -> Mapping[str, np.ndarray]:
     index_path = model_dir / _WEIGHTS_INDEX
     files: list[Path]
     if index_path.is_file():
-        index = _read_json(index_path)
+        index = read_json(index_path)
         weight_map = index.get("weight_map") if isinstance(index, dict) else None
         if not isinstance(weight_map, dict) or not weight_map:
             raise ValueError(f"{index_path}: expected a non-empty 'weight_map' object")
@@ -255,7 +240,7 @@ def load_hf_checkpoint(model_dir: str | Path, dtype: Any = jnp.float32
 
 def load_hf_tokenizer(model_dir: str | Path) -> tokenizers.Tokenizer:
     """The ``tokenizers.Tokenizer`` of a Hugging Face directory's ``tokenizer.json``."""
-    path = _require_file(Path(model_dir), "tokenizer.json")
+    path = require_file(Path(model_dir), "tokenizer.json")
     return tokenizers.Tokenizer.from_file(str(path))
 
 

@@ -97,7 +97,7 @@ def default_model_dir() -> Path:
     return model_dir
 
 
-def _require_file(model_dir: Path, name: str) -> Path:
+def require_file(model_dir: Path, name: str) -> Path:
     """``model_dir / name`` if it is a file, else a :class:`ModelFilesNotFoundError` naming it."""
     path = model_dir / name
     if not path.is_file():
@@ -105,7 +105,7 @@ def _require_file(model_dir: Path, name: str) -> Path:
     return path
 
 
-def _read_json(path: Path) -> Any:
+def read_json(path: Path) -> Any:
     """Parsed JSON of ``path``, with the file named in the error if it is malformed."""
     try:
         return json.loads(path.read_text(encoding="utf-8"))
@@ -121,8 +121,8 @@ def load_bert_config(path: str | Path) -> BertConfig:
     """
     path = Path(path)
     if path.is_dir():
-        path = _require_file(path, "config.json")
-    raw = _read_json(path)
+        path = require_file(path, "config.json")
+    raw = read_json(path)
     if not isinstance(raw, dict):
         raise ValueError(f"{path}: expected a JSON object")
     model_type = raw.get("model_type", "bert")
@@ -168,14 +168,14 @@ def load_sentence_config(model_dir: str | Path, bert: BertConfig) -> SentenceCon
     max_seq_length = bert.max_position_embeddings
     sbert_path = model_dir / "sentence_bert_config.json"
     if sbert_path.is_file():
-        value = _read_json(sbert_path).get("max_seq_length", max_seq_length)
+        value = read_json(sbert_path).get("max_seq_length", max_seq_length)
         if not isinstance(value, int) or value < 2:
             raise ValueError(f"{sbert_path}: max_seq_length must be an int >= 2, got {value!r}")
         max_seq_length = min(value, bert.max_position_embeddings)
     normalize = False
     modules_path = model_dir / "modules.json"
     if modules_path.is_file():
-        modules = _read_json(modules_path)
+        modules = read_json(modules_path)
         types = [str(module.get("type", "")) for module in modules if isinstance(module, dict)]
         normalize = any(kind.endswith(".Normalize") for kind in types)
         pooling_dirs = [module.get("path", "") for module in modules
@@ -183,7 +183,7 @@ def load_sentence_config(model_dir: str | Path, bert: BertConfig) -> SentenceCon
         for pooling_dir in pooling_dirs:
             pooling_path = model_dir / pooling_dir / "config.json"
             if pooling_path.is_file():
-                pooling = _read_json(pooling_path)
+                pooling = read_json(pooling_path)
                 modes = sorted(key for key, value in pooling.items()
                                if key.startswith("pooling_mode_") and value is True)
                 if modes != ["pooling_mode_mean_tokens"]:
@@ -282,7 +282,7 @@ def load_bert_params(path: str | Path, config: BertConfig) -> dict[str, Any]:
     """Flax variables for :class:`BertEncoder` from a ``model.safetensors`` file (or its directory)."""
     path = Path(path)
     if path.is_dir():
-        path = _require_file(path, "model.safetensors")
+        path = require_file(path, "model.safetensors")
     return bert_params_from_state_dict(load_file(str(path)), config, source=str(path))
 
 
@@ -291,7 +291,7 @@ def load_tokenizer(model_dir: str | Path, max_seq_length: int) -> tokenizers.Tok
 
     The file's own padding/truncation settings are replaced: padding is done per bucket by the encoder.
     """
-    tokenizer = tokenizers.Tokenizer.from_file(str(_require_file(Path(model_dir), "tokenizer.json")))
+    tokenizer = tokenizers.Tokenizer.from_file(str(require_file(Path(model_dir), "tokenizer.json")))
     tokenizer.no_padding()
     tokenizer.enable_truncation(max_length=max_seq_length)
     return tokenizer
@@ -603,8 +603,8 @@ class InstructionEncoder:
                                  f"{self.config.max_position_embeddings}], got {max_seq_length}")
             sentence = dataclasses.replace(sentence, max_seq_length=max_seq_length)
         self.sentence_config = sentence
-        self.weights_path = _require_file(self.model_dir, "model.safetensors")
-        self.tokenizer_path = _require_file(self.model_dir, "tokenizer.json")
+        self.weights_path = require_file(self.model_dir, "model.safetensors")
+        self.tokenizer_path = require_file(self.model_dir, "tokenizer.json")
         self.tokenizer = load_tokenizer(self.model_dir, sentence.max_seq_length)
         self.model = BertEncoder(self.config)
         self.variables = load_bert_params(self.weights_path, self.config)
