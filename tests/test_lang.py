@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
-import os
 import subprocess
 import sys
 import warnings
@@ -31,6 +30,8 @@ from imaginejax.lang import (
 )
 from imaginejax.lang import encoder as encoder_module
 from imaginejax.lang.encoder import bert_params_from_state_dict, bucket_size
+
+from reference_env import reference_python  # tests/ is on sys.path (conftest)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 REFERENCE_SCRIPT = REPO_ROOT / "tests" / "reference" / "minilm_reference.py"
@@ -69,18 +70,6 @@ PARITY_TEXTS: list[str] = [
 
 # ---------------------------------------------------------------------------------------------------
 # Fixtures
-
-
-def reference_python() -> Path:
-    """The reference interpreter, or a test failure explaining how to create it."""
-    configured = os.environ.get("IMAGINEJAX_REF_PYTHON")
-    candidate = Path(configured) if configured else REPO_ROOT / ".venv-ref" / "bin" / "python"
-    if not candidate.exists():
-        source = "IMAGINEJAX_REF_PYTHON" if configured else "fallback .venv-ref/bin/python"
-        pytest.fail(f"reference interpreter not found ({source}: {candidate}). Run `make test`, which "
-                    "creates .venv-ref (torch CPU + transformers) and sets IMAGINEJAX_REF_PYTHON.",
-                    pytrace=False)
-    return candidate
 
 
 @pytest.fixture(scope="module")

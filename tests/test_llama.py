@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -44,6 +43,8 @@ from imaginejax.imaginer.loading import (
     permute_rotary_rows,
     unpermute_rotary_rows,
 )
+
+from reference_env import reference_python  # tests/ is on sys.path (conftest)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 REFERENCE_SCRIPT = REPO_ROOT / "tests" / "reference" / "llama_reference.py"
@@ -98,18 +99,6 @@ PROMPT_RIGHT, PROMPT_RIGHT_MASK = _pad(PROMPT_ROWS, max(PROMPT_LENGTHS), "right"
 
 # ---------------------------------------------------------------------------------------------------
 # Reference
-
-
-def reference_python() -> Path:
-    """The reference interpreter, or a test failure explaining how to create it."""
-    configured = os.environ.get("IMAGINEJAX_REF_PYTHON")
-    candidate = Path(configured) if configured else REPO_ROOT / ".venv-ref" / "bin" / "python"
-    if not candidate.exists():
-        source = "IMAGINEJAX_REF_PYTHON" if configured else "fallback .venv-ref/bin/python"
-        pytest.fail(f"reference interpreter not found ({source}: {candidate}). Run `make test`, which "
-                    "creates .venv-ref (torch CPU + transformers) and sets IMAGINEJAX_REF_PYTHON.",
-                    pytrace=False)
-    return candidate
 
 
 def run_reference(work: Path) -> Path:

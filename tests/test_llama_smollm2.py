@@ -30,7 +30,8 @@ from imaginejax.imaginer import (
 )
 from imaginejax.imaginer.llama import LlamaConfig
 
-from test_llama import REFERENCE_SCRIPT, reference_python  # tests/ is on sys.path (conftest)
+from reference_env import reference_python  # tests/ is on sys.path (conftest)
+from test_llama import REFERENCE_SCRIPT
 
 # Logits of SmolLM2 span about ±30; float32 rounding through 30 layers in two implementations gives
 # differences of order 1e-4. The bound leaves a margin over what we measure (see the report printed).
