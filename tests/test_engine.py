@@ -89,3 +89,14 @@ def test_continuous_bc_recovers_the_mean_expert_action():
     hp = broadcast_runs(BCHyperparams(learning_rate=jnp.float32(3e-3)), 2)
     result = trainer.train(jax.random.split(jax.random.PRNGKey(5), 2), hp, real, log=None)
     assert result.success["train"][-1].min() > 0.5, result.success["train"]
+
+
+def test_algorithm_registry_builds_by_name_and_refuses_unknown_or_unsupported():
+    from imaginejax import algos
+
+    assert algos.make("bc", SPEC, NET).name == "bc"
+    continuous = Spec(state_dim=2, embed_dim=4, discrete=False, action_dim=2)
+    with pytest.raises(ValueError, match="valid names: .*cql"):
+        algos.make("sac-n", SPEC, NET)
+    with pytest.raises(ValueError, match="no continuous-action version.*td3bc"):
+        algos.make("cql", continuous, NET)
