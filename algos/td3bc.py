@@ -26,6 +26,8 @@ Acting: a = π_φ(o); when not deterministic, the target-smoothing noise clip(σ
 
 from __future__ import annotations
 
+from typing import Any
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -123,6 +125,35 @@ def actor_loss(q1_pi: jax.Array, pi: jax.Array, action: jax.Array,
     return loss, {"actor_loss": loss, "lambda": lam, "bc_mse": bc}
 
 
+def delayed_policy_step(state: TD3BCState, actor_grads: dict, critic_params: dict, critic_opt: optax.OptState,
+                        hp: Any) -> tuple[TD3BCState, jax.Array]:
+    """TD3's delayed policy update, shared by the continuous and the discrete TD3+BC.
+
+    Update k = state.step + 1 applies the Adam step on the actor (``hp.actor_lr``) and Polyak-averages
+    both target networks (``hp.tau``) only when k mod ``hp.policy_freq`` = 0; on other updates the actor,
+    its Adam state and the targets stay bit-identical (a ``jnp.where`` mask, so it vmaps over runs).
+
+    Args:
+      state: the state before the update.
+      actor_grads: gradients of the actor loss at ``state.actor_params``.
+      critic_params, critic_opt: the critics after this update's step.
+      hp: hyperparameters with ``actor_lr``, ``policy_freq`` and ``tau``.
+
+    Returns:
+      The new state (step k) and () bool, whether the actor was updated.
+    """
+    new_actor, new_actor_opt = adam_step(state.actor_params, actor_grads, state.actor_opt, hp.actor_lr)
+    count = state.step + 1
+    actor_due = (count % jnp.maximum(hp.policy_freq, 1)) == 0
+    actor_params, actor_opt = masked_step(actor_due, (new_actor, new_actor_opt),
+                                          (state.actor_params, state.actor_opt))
+    actor_target = periodic_polyak_update(state.actor_target, actor_params, count, hp.policy_freq, hp.tau)
+    critic_target = periodic_polyak_update(state.critic_target, critic_params, count, hp.policy_freq, hp.tau)
+    return TD3BCState(actor_params=actor_params, critic_params=critic_params, actor_target=actor_target,
+                      critic_target=critic_target, actor_opt=actor_opt, critic_opt=critic_opt,
+                      step=count), actor_due
+
+
 def make_td3bc(spec: Spec, net: NetConfig = NetConfig()) -> Algorithm:
     """Builds TD3+BC for ``spec`` (must be continuous) with static shapes ``net`` for actor and critics.
 
@@ -183,21 +214,10 @@ def make_td3bc(spec: Spec, net: NetConfig = NetConfig()) -> Algorithm:
             return actor_loss(critic.apply(critic_params, obs, pi)[0], pi, batch.action, hp.alpha)
 
         a_grads, a_metrics = jax.grad(actor_loss_fn, has_aux=True)(state.actor_params)
-        new_actor, new_actor_opt = adam_step(state.actor_params, a_grads, state.actor_opt, hp.actor_lr)
-
-        count = state.step + 1
-        actor_due = (count % jnp.maximum(hp.policy_freq, 1)) == 0
-        actor_params, actor_opt = masked_step(actor_due, (new_actor, new_actor_opt),
-                                              (state.actor_params, state.actor_opt))
-        actor_target = periodic_polyak_update(state.actor_target, actor_params, count, hp.policy_freq,
-                                              hp.tau)
-        critic_target = periodic_polyak_update(state.critic_target, critic_params, count,
-                                               hp.policy_freq, hp.tau)
+        new_state, actor_due = delayed_policy_step(state, a_grads, critic_params, critic_opt, hp)
         metrics = {"loss": c_loss, "critic_loss": c_loss, **a_metrics, "q1_data": q_data[0].mean(),
                    "target_q": target.mean(), "actor_updated": actor_due.astype(jnp.float32)}
-        return TD3BCState(actor_params=actor_params, critic_params=critic_params,
-                          actor_target=actor_target, critic_target=critic_target,
-                          actor_opt=actor_opt, critic_opt=critic_opt, step=count), metrics
+        return new_state, metrics
 
     def act(state: TD3BCState, obs: jax.Array, key: jax.Array, hp: TD3BCHyperparams,
             deterministic: bool = True) -> jax.Array:

@@ -50,11 +50,11 @@ import optax
 from flax import struct
 
 from imaginejax.algos.base import Algorithm, Spec
-from imaginejax.algos.common import (StateNormalizer, TwinDiscreteCritic, adam_init, adam_step,
-                                     masked_step, periodic_polyak_update, td_target, twin_critic_loss)
+from imaginejax.algos.common import (StateNormalizer, TwinDiscreteCritic, adam_init, adam_step, td_target,
+                                     twin_critic_loss)
 from imaginejax.algos.cql import take_action_values
 from imaginejax.algos.networks import EncodedMLP, NetConfig
-from imaginejax.algos.td3bc import TD3BCState
+from imaginejax.algos.td3bc import TD3BCState, delayed_policy_step
 from imaginejax.data.types import Batch
 
 
@@ -166,21 +166,10 @@ def make_discrete_td3bc(spec: Spec, net: NetConfig = NetConfig()) -> Algorithm:
             return discrete_actor_loss(actor.apply(params, obs), q1, batch.action, hp.alpha)
 
         a_grads, a_metrics = jax.grad(actor_loss_fn, has_aux=True)(state.actor_params)
-        new_actor, new_actor_opt = adam_step(state.actor_params, a_grads, state.actor_opt, hp.actor_lr)
-
-        count = state.step + 1
-        actor_due = (count % jnp.maximum(hp.policy_freq, 1)) == 0
-        actor_params, actor_opt = masked_step(actor_due, (new_actor, new_actor_opt),
-                                              (state.actor_params, state.actor_opt))
-        actor_target = periodic_polyak_update(state.actor_target, actor_params, count, hp.policy_freq,
-                                              hp.tau)
-        critic_target = periodic_polyak_update(state.critic_target, critic_params, count,
-                                               hp.policy_freq, hp.tau)
+        new_state, actor_due = delayed_policy_step(state, a_grads, critic_params, critic_opt, hp)
         metrics = {"loss": c_loss, "critic_loss": c_loss, **a_metrics, "q1_data": q_data[0].mean(),
                    "target_q": target.mean(), "actor_updated": actor_due.astype(jnp.float32)}
-        return TD3BCState(actor_params=actor_params, critic_params=critic_params,
-                          actor_target=actor_target, critic_target=critic_target,
-                          actor_opt=actor_opt, critic_opt=critic_opt, step=count), metrics
+        return new_state, metrics
 
     def act(state: TD3BCState, obs: jax.Array, key: jax.Array, hp: DiscreteTD3BCHyperparams,
             deterministic: bool = True) -> jax.Array:
