@@ -181,7 +181,7 @@ def make_bcq(spec: Spec, net: NetConfig = NetConfig(), share_encoder: bool = Tru
                hp: BCQHyperparams) -> tuple[BCQState, dict[str, jax.Array]]:
         """One gradient step on a batch of B transitions; metrics are pre-update batch means."""
         del key
-        next_obs = jnp.concatenate([batch.next_state, batch.embedding], axis=-1)
+        next_obs = batch.next_observation
         q_next, logits_next = model.apply(state.params, next_obs)
         q_next_target, _ = model.apply(state.target_params, next_obs)
         next_action = filtered_argmax(q_next, logits_next, hp.threshold)

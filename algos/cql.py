@@ -147,7 +147,7 @@ def make_cql(spec: Spec, net: NetConfig = NetConfig(), double_q: bool = True) ->
                hp: CQLHyperparams) -> tuple[CQLState, dict[str, jax.Array]]:
         """One gradient step on a batch of B transitions; metrics are pre-update batch means."""
         del key
-        next_obs = jnp.concatenate([batch.next_state, batch.embedding], axis=-1)
+        next_obs = batch.next_observation
         q_next_target = model.apply(state.target_params, next_obs)
         q_next_online = model.apply(state.params, next_obs) if double_q else q_next_target
         next_value = jax.lax.stop_gradient(next_state_value(q_next_online, q_next_target, double_q))

@@ -137,3 +137,8 @@ class Batch:
     def observation(self) -> jax.Array:
         """(B, S+E) policy input: state ⊕ instruction embedding."""
         return jax.numpy.concatenate([self.state, self.embedding], axis=-1)
+
+    @property
+    def next_observation(self) -> jax.Array:
+        """(B, S+E) policy input at the next state: next_state ⊕ the same instruction embedding."""
+        return jax.numpy.concatenate([self.next_state, self.embedding], axis=-1)
