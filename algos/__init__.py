@@ -16,37 +16,38 @@ from imaginejax.algos.networks import NetConfig
 from imaginejax.algos.td3bc import make_td3bc
 from imaginejax.algos.td3bc_discrete import make_discrete_td3bc
 
-# name -> (factory, action spaces it supports)
-_REGISTRY: dict[str, tuple[Callable[..., Algorithm], tuple[bool, ...]]] = {
-    "bc": (make_bc, (True, False)),
-    "cql": (make_cql, (True,)),
-    "bcq": (make_bcq, (True,)),
-    "td3bc": (make_td3bc, (False,)),
-    "td3bc_discrete": (make_discrete_td3bc, (True,)),
+# name -> {discrete: factory}; one name per algorithm, the action space picks the variant
+# (``spec.discrete``). New algorithms register both variants here.
+_REGISTRY: dict[str, dict[bool, Callable[[Spec, NetConfig], Algorithm]]] = {
+    "bc": {True: make_bc, False: make_bc},
+    "cql": {True: make_cql},
+    "bcq": {True: make_bcq},
+    "td3bc": {True: make_discrete_td3bc, False: make_td3bc},
 }
 
 
-def registered() -> tuple[str, ...]:
-    """Names accepted by :func:`make`."""
-    return tuple(sorted(_REGISTRY))
+def registered(discrete: bool | None = None) -> tuple[str, ...]:
+    """Names accepted by :func:`make`; with ``discrete`` given, only those with that action space."""
+    return tuple(sorted(n for n, v in _REGISTRY.items() if discrete is None or discrete in v))
 
 
 def make(name: str, spec: Spec, net: NetConfig = NetConfig()) -> Algorithm:
     """Builds the algorithm ``name`` for an environment interface ``spec`` with static shapes ``net``.
 
+    The variant (discrete or continuous actions) follows ``spec.discrete``.
+
     Raises:
       ValueError: an unknown name (the message lists the valid ones) or an action space the algorithm
-        does not support yet.
+        does not support (the message lists those that do).
     """
     if name not in _REGISTRY:
         raise ValueError(f"unknown algorithm {name!r}; valid names: {', '.join(registered())}")
-    factory, spaces = _REGISTRY[name]
-    if spec.discrete not in spaces:
+    variants = _REGISTRY[name]
+    if spec.discrete not in variants:
         kind = "discrete" if spec.discrete else "continuous"
-        supported = [n for n, (_, s) in sorted(_REGISTRY.items()) if spec.discrete in s]
-        raise ValueError(f"algorithm {name!r} has no {kind}-action version yet; for {kind} actions use: "
-                         f"{', '.join(supported)}")
-    return factory(spec, net)
+        raise ValueError(f"algorithm {name!r} has no {kind}-action version; for {kind} actions use: "
+                         f"{', '.join(registered(spec.discrete))}")
+    return variants[spec.discrete](spec, net)
 
 
 __all__ = ["Algorithm", "NetConfig", "Spec", "make", "registered"]

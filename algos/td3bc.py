@@ -162,7 +162,7 @@ def make_td3bc(spec: Spec, net: NetConfig = NetConfig()) -> Algorithm:
     """
     if spec.discrete:
         raise ValueError("make_td3bc needs a continuous action space (spec.discrete=False); for discrete "
-                         "actions use imaginejax.algos.td3bc_discrete.make_discrete_td3bc")
+                         "actions use algos.make(\"td3bc\", spec) (imaginejax.algos.td3bc_discrete)")
     actor = EncodedMLP(net, out=spec.action_dim, squash=True)
     critic = TwinCritic(net)
 

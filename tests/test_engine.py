@@ -93,10 +93,17 @@ def test_continuous_bc_recovers_the_mean_expert_action():
 
 def test_algorithm_registry_builds_by_name_and_refuses_unknown_or_unsupported():
     from imaginejax import algos
+    from imaginejax.algos import _REGISTRY
 
     assert algos.make("bc", SPEC, NET).name == "bc"
     continuous = Spec(state_dim=2, embed_dim=4, discrete=False, action_dim=2)
     with pytest.raises(ValueError, match="valid names: .*cql"):
         algos.make("sac-n", SPEC, NET)
-    with pytest.raises(ValueError, match="no continuous-action version.*td3bc"):
-        algos.make("cql", continuous, NET)
+    for name in algos.registered():
+        for spec in (SPEC, continuous):
+            if spec.discrete in _REGISTRY[name]:
+                assert callable(algos.make(name, spec, NET).update)
+            else:
+                with pytest.raises(ValueError, match="action version; for .* actions use: .*bc"):
+                    algos.make(name, spec, NET)
+    assert "td3bc" in algos.registered(True) and "td3bc" in algos.registered(False)
