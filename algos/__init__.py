@@ -10,9 +10,10 @@ from typing import Callable
 
 from imaginejax.algos.base import Algorithm, Spec
 from imaginejax.algos.bc import make_bc
-from imaginejax.algos.bcq import make_bcq
+from imaginejax.algos.bcq import make_bcq, make_continuous_bcq
 from imaginejax.algos.cql import make_cql
 from imaginejax.algos.networks import NetConfig
+from imaginejax.algos.prdc import make_discrete_prdc, make_prdc
 from imaginejax.algos.td3bc import make_td3bc
 from imaginejax.algos.td3bc_discrete import make_discrete_td3bc
 
@@ -21,7 +22,8 @@ from imaginejax.algos.td3bc_discrete import make_discrete_td3bc
 _REGISTRY: dict[str, dict[bool, Callable[[Spec, NetConfig], Algorithm]]] = {
     "bc": {True: make_bc, False: make_bc},
     "cql": {True: make_cql},
-    "bcq": {True: make_bcq},
+    "bcq": {True: make_bcq, False: make_continuous_bcq},
+    "prdc": {True: make_discrete_prdc, False: make_prdc},
     "td3bc": {True: make_discrete_td3bc, False: make_td3bc},
 }
 

@@ -4,7 +4,11 @@ An algorithm is a record of pure functions (ARCHITECTURE.md, "Algorithm"):
 
 * ``init(key, spec, hp) -> state`` — a pytree (parameters, optimiser states, step counter);
 * ``update(state, batch, key, hp) -> (state, metrics)`` — one gradient step on a :class:`Batch`;
-* ``act(state, obs, key, hp, deterministic) -> action`` — batched action selection, obs (B, S+E).
+* ``act(state, obs, key, hp, deterministic) -> action`` — batched action selection, obs (B, S+E);
+* optionally ``bind_data(hp, real, imag) -> hp`` — for algorithms whose update reads the whole training
+  data (PRDC's nearest-neighbour search): the engine calls it inside every compiled interval with the
+  interval's own dataset arguments, so datasets stay arguments of the compiled call (never closure
+  constants) and all vmapped runs share one copy.
 
 ``hp`` is a pytree of numbers (learning rates, weights): it is traced, so hyperparameters are vmapped
 like seeds. Everything that changes compiled shapes (layer widths, depths) is static configuration
@@ -53,3 +57,4 @@ class Algorithm(NamedTuple):
     update: Callable[[PyTree, Batch, jax.Array, PyTree], tuple[PyTree, dict[str, jax.Array]]]
     act: Callable[[PyTree, jax.Array, jax.Array, PyTree, bool], jax.Array]
     default_hp: Callable[[Spec], PyTree]
+    bind_data: Callable[[PyTree, Any, Any], PyTree] | None = None

@@ -61,6 +61,7 @@ from imaginejax.algos.base import Algorithm, Spec
 from imaginejax.checkpoint import (CheckpointError, flatten_named, list_checkpoints, load_checkpoint,
                                    save_checkpoint, unflatten_named)
 from imaginejax.data.sampling import sample_mixed
+from imaginejax.data.transitions import placeholder_like
 from imaginejax.data.types import Transitions
 from imaginejax.evaluation import EvalResult, evaluate
 from imaginejax.runlog import MetricsLog
@@ -215,6 +216,8 @@ class Trainer:
     def _interval_one(self, run: RunState, hp: PyTree, ratio: jax.Array, real: Transitions,
                       imag: Transitions, eval_params: Mapping[str, Any]):
         cfg = self.config
+        if self.algo.bind_data is not None:  # the update reads the datasets themselves (e.g. PRDC)
+            hp = self.algo.bind_data(hp, real, imag)
 
         def update(carry, _):
             algo_state, key = carry
@@ -307,7 +310,7 @@ class Trainer:
           hp: the hyperparameters of ONE run (no leading run axis).
           real, imag: the datasets (``imag`` None: real only).
         """
-        imag = real if imag is None else imag
+        imag = placeholder_like(real) if imag is None else imag
         key = jax.ShapeDtypeStruct((2,), jnp.uint32)
         ratio = jax.ShapeDtypeStruct((), jnp.float32)
         state = jax.eval_shape(self._init_one, key, hp)
@@ -321,7 +324,7 @@ class Trainer:
             keys = jax.ShapeDtypeStruct((episodes, 2), jnp.uint32)
             evaluation += 4 * _nbytes(jax.eval_shape(lambda k, t, env=env, params=params:
                                                      env.reset_to_task_batch(k, params, t), keys, tasks))
-        shared = _nbytes(real) + (0 if imag is real else _nbytes(imag)) + _nbytes(self.eval_params)
+        shared = _nbytes(real) + _nbytes(imag) + _nbytes(self.eval_params)
         per_run = 6 * _nbytes(state) + 8 * _nbytes(batch) + evaluation + _nbytes(outputs)
         return MemoryEstimate(per_run=int(per_run), shared=int(shared))
 
@@ -329,7 +332,7 @@ class Trainer:
                         imag: Transitions | None = None) -> int:
         """XLA's own peak estimate (arguments + outputs + temporaries − aliased) for one interval of
         ``keys.shape[0]`` runs on one device; compiles that shape (seconds to minutes)."""
-        imag = real if imag is None else imag
+        imag = placeholder_like(real) if imag is None else imag
         init, interval = self._functions(None)
         state = jax.eval_shape(init, keys, hp)
         ratio = jax.ShapeDtypeStruct((keys.shape[0],), jnp.float32)
@@ -377,7 +380,10 @@ class Trainer:
         if imag is None:
             if bool(np.any(ratio > 0)):
                 raise ValueError("ratio > 0 needs imaginary data: pass imag=... or set ratio=0")
-            imag = real  # never read at ratio 0 (sample_mixed draws round(0·B) = 0 rows from it)
+            # Never sampled at ratio 0 (sample_mixed draws round(0·B) = 0 rows from it); a one-row
+            # placeholder rather than the real buffer again, so algorithms that read the datasets
+            # themselves (``Algorithm.bind_data``) do not see the real data twice.
+            imag = placeholder_like(real)
         if checkpoint_every < 1:
             raise ValueError(f"checkpoint_every must be >= 1, got {checkpoint_every}")
         if checkpoint_dir is not None and not resume and any(Path(checkpoint_dir).glob("chunk-*/step-*")):
