@@ -11,22 +11,30 @@ from typing import Any, Callable
 ENV_LEVELS: dict[str, tuple[str, ...]] = {
     "clevr": ("train", "rephrase", "easy", "hard"),
     "babyai": ("train", "rephrase", "easy", "hard"),
+    "cheetah": ("train", "rephrase", "easy", "hard"),
 }
 
 
-def _make_clevr(level: str, embed: bool) -> tuple[Any, Any]:
+def _make_clevr(level: str, embed: bool, **options: Any) -> tuple[Any, Any]:
     from imaginejax.envs.clevr.env import CLEVRRobot, make_params
 
-    return CLEVRRobot(), make_params(level, embed=embed)
+    return CLEVRRobot(**options), make_params(level, embed=embed)
 
 
-def _make_babyai(level: str, embed: bool) -> tuple[Any, Any]:
+def _make_babyai(level: str, embed: bool, **options: Any) -> tuple[Any, Any]:
     from imaginejax.envs.babyai.env import BabyAI, make_params
 
-    return BabyAI(), make_params(level, embed=embed)
+    return BabyAI(**options), make_params(level, embed=embed)
 
 
-_FACTORIES: dict[str, Callable[[str, bool], tuple[Any, Any]]] = {"clevr": _make_clevr, "babyai": _make_babyai}
+def _make_cheetah(level: str, embed: bool, **options: Any) -> tuple[Any, Any]:
+    from imaginejax.envs.cheetah.env import HalfCheetah, make_params
+
+    return HalfCheetah(**options), make_params(level, embed=embed)
+
+
+_FACTORIES: dict[str, Callable[..., tuple[Any, Any]]] = {
+    "clevr": _make_clevr, "babyai": _make_babyai, "cheetah": _make_cheetah}
 
 
 def registered() -> tuple[str, ...]:
@@ -34,7 +42,7 @@ def registered() -> tuple[str, ...]:
     return tuple(sorted(_FACTORIES))
 
 
-def make(name: str, level: str, *, embed: bool = True) -> tuple[Any, Any]:
+def make(name: str, level: str, *, embed: bool = True, **options: Any) -> tuple[Any, Any]:
     """Builds an environment and the parameters of one task level.
 
     Args:
@@ -42,6 +50,8 @@ def make(name: str, level: str, *, embed: bool = True) -> tuple[Any, Any]:
       level: ``"train"``, ``"rephrase"``, ``"easy"`` or ``"hard"``.
       embed: embed the instruction table with the sentence encoder (E = 384); with False, E = 0 and the
         observation is the bare state.
+      **options: passed to the environment's constructor, e.g. ``backend="mujoco"`` or ``"mjx"`` for
+        MuJoCo-based environments (default ``"auto"``: MJX on an accelerator, MuJoCo C on a CPU).
     Returns: ``(env, params)``.
     Raises: ValueError naming the valid choices for an unknown name or level.
     """
@@ -50,7 +60,7 @@ def make(name: str, level: str, *, embed: bool = True) -> tuple[Any, Any]:
     levels = ENV_LEVELS[name]
     if level not in levels:
         raise ValueError(f"unknown level {level!r} for environment {name!r}; valid levels: {', '.join(levels)}")
-    return _FACTORIES[name](level, embed)
+    return _FACTORIES[name](level, embed, **options)
 
 
 __all__ = ["ENV_LEVELS", "make", "registered"]

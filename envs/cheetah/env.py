@@ -1,0 +1,222 @@
+"""HalfCheetah with language-conditioned locomotion tasks as a pure, gymnax-style JAX environment.
+
+API (all pure; ``params`` is a pytree holding the level's task table)::
+
+    env, params = imaginejax.envs.make("cheetah", level)          # or HalfCheetah(backend), make_params
+    obs, state = env.reset(key, params)                           # obs (18+E,)
+    obs, state, reward, done, info = env.step(key, state, action, params)        # action (6,)
+    obs, state = env.reset_batch(keys, params)                    # keys (B, 2) → obs (B, 18+E)
+    obs, state, reward, done, info = env.step_batch(keys, states, actions, params)   # actions (B, 6)
+    obs, state = env.reset_to_task(key, params, task)             # evaluation of a given task
+    obs, state = env.reset_to_task_batch(keys, params, tasks, phrasing=None)
+
+The batched kernels are the implementation: one ``step_batch`` is one physics call for the whole batch
+(:func:`backends.physics_step`: MuJoCo C on the host through one ``pure_callback``, or MJX); ``reset`` /
+``step`` are thin single-environment views of them (a batch of one). The physics backend is a property of
+the environment object (``HalfCheetah(backend="auto" | "mujoco" | "mjx")``), not of the level.
+
+Semantics:
+
+* Physics: Gymnasium's HalfCheetah-v5 model, frame skip 5 (0.05 s per step), ``ctrl = action`` (gears
+  scale it inside MuJoCo, which clamps it to [-1, 1]).
+* State (18,) = [dx, qpos[1:], qvel] (:mod:`tasks`); observation = state ⊕ instruction embedding (E,).
+* Reset: a task (uniform, or given), one of its phrasings (uniform, or given), and Gymnasium v5's reset
+  noise from the key: qpos ~ U[-0.1, 0.1]⁹, qvel ~ 0.1·N(0, 1)⁹ around the model's zero pose; dx = 0.
+* An episode ends when its task succeeds (``info["success"]``, a true terminal) or when ``t`` reaches
+  200 (``info["truncated"]``). There is **no auto-reset**: stepping a finished episode keeps its state
+  frozen (MuJoCo C does not even simulate it) and returns reward 0, ``done = True``,
+  ``success = truncated = False``.
+* Reward: :func:`tasks.reward` (± forward speed − control cost, hop bonus for the jump tasks, the hard
+  tasks' current leg); success: :func:`tasks.success` on the running quantities ``state.progress``.
+* The step's key is unused (the physics is deterministic) but kept for the gymnax signature.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import chex
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from imaginejax.envs.base import EnvParams, TaskEnv, make_level_params
+
+from imaginejax.envs.cheetah import backends
+from imaginejax.envs.cheetah import instructions as instr
+from imaginejax.envs.cheetah import model as M
+from imaginejax.envs.cheetah import tasks
+from imaginejax.envs.cheetah.backends import Physics
+from imaginejax.envs.cheetah.tasks import Progress
+
+ENV_NAME: Final[str] = "cheetah"
+RESET_NOISE_SCALE: Final[float] = 0.1  # Gymnasium v5's reset_noise_scale
+
+
+@struct.dataclass
+class EnvState:
+    """Environment state; every leaf gets a leading (B,) axis in the batched kernels.
+
+    Attributes:
+      physics: :class:`backends.Physics`, qpos / qvel (9,) each with their float64 remainders.
+      dx: () x displacement of the last step (0 after a reset).
+      progress: :class:`tasks.Progress`, the episode's running quantities (Σ, leg counts and sums, ...).
+      t: () int32 steps taken in this episode.
+      task: () int32 row of ``params.goals``.
+      instruction: () int32 id into the level's instruction table.
+      done: () bool, the episode has ended (success or time limit).
+      success: () bool, the episode has ended in success (sticky).
+    """
+
+    physics: Physics
+    dx: jax.Array
+    progress: Progress
+    t: jax.Array
+    task: jax.Array
+    instruction: jax.Array
+    done: jax.Array
+    success: jax.Array
+
+
+def make_params(level: str, *, embed: bool = True) -> EnvParams:
+    """Builds the :class:`EnvParams` of a level.
+
+    Args:
+      level: "train", "rephrase", "easy" or "hard".
+      embed: embed the instruction table with :func:`imaginejax.lang.encode_instructions` (384-d);
+        when False the embeddings are (M, 0) and observations are the bare 18-d state.
+    """
+    return make_level_params(level, tasks.level_goals(level), instr.level_instruction_table(level),
+                             tasks.level_max_steps(level), embed=embed, reset_tries=1)
+
+
+class HalfCheetah(TaskEnv):
+    """HalfCheetah, Box(-1, 1, (6,)) actions, nine language-conditioned locomotion tasks.
+
+    Args:
+      backend: physics backend, "auto" (MJX on an accelerator, MuJoCo C on a CPU), "mujoco" or "mjx";
+        resolved once, here.
+      nthread: MuJoCo C threads (default: all usable CPUs).
+    """
+
+    name: Final[str] = ENV_NAME
+    state_dim: Final[int] = tasks.STATE_DIM
+    action_dim: Final[int] = tasks.ACTION_DIM
+    num_actions: Final[int] = tasks.ACTION_DIM  # the action width A (continuous), as the imaginer expects
+    action_low: Final[float] = -1.0
+    action_high: Final[float] = 1.0
+    goal_dim: Final[int] = tasks.GOAL_DIM
+    discrete: Final[bool] = False
+    levels: Final[tuple[str, ...]] = tasks.LEVELS
+
+    # Public pure predicates (broadcast over leading dims; see tasks.py). Success and the hard tasks'
+    # rewards need the running quantities of the episode, not just one transition.
+    success = staticmethod(tasks.success)
+    reward = staticmethod(tasks.reward)
+    legal = staticmethod(tasks.legal)
+    update_progress = staticmethod(tasks.update_progress)
+    trajectory_success_and_reward = staticmethod(tasks.trajectory_success_and_reward)
+
+    def __init__(self, backend: backends.Backend = "auto", nthread: int | None = None) -> None:
+        self.backend = backends.resolve_backend(backend)
+        if nthread is not None and nthread < 1:
+            raise ValueError(f"nthread must be >= 1 or None, got {nthread}")
+        self.nthread = nthread
+
+    def __repr__(self) -> str:
+        return f"HalfCheetah(backend={self.backend!r}, nthread={self.nthread})"
+
+    # ------------------------------------------------------------------ metadata
+    @staticmethod
+    def instructions(level: str) -> tuple[str, ...]:
+        """The instruction table (M strings) of a level; ``state.instruction`` indexes it."""
+        return instr.level_instructions(level)
+
+    @staticmethod
+    def default_params(level: str = "train", *, embed: bool = True) -> EnvParams:
+        return make_params(level, embed=embed)
+
+    # ------------------------------------------------------------------ views
+    @staticmethod
+    def state_vector(state: EnvState) -> jax.Array:
+        """(...) state → (..., 18) state vector [dx, qpos[1:], qvel]."""
+        return tasks.state_vector(state.dx, state.physics.qpos, state.physics.qvel)
+
+    # ------------------------------------------------------------------ batched kernels
+    def reset_to_task_batch(self, keys: jax.Array, params: EnvParams, task: jax.Array,
+                            phrasing: jax.Array | None = None) -> tuple[jax.Array, EnvState]:
+        """Resets B environments to given tasks.
+
+        Args:
+          keys: (B,) PRNG keys (raw (B, 2) uint32 or typed).
+          params: the level's :class:`EnvParams`.
+          task: (B,) int32 task rows.
+          phrasing: optional (B,) int32 position within each task's phrasing list (taken modulo its
+            count); sampled uniformly when None.
+        Returns: observations (B, 18+E) and the batched state.
+        """
+        batch = keys.shape[0]
+        task = jnp.broadcast_to(jnp.asarray(task, jnp.int32), (batch,))
+        split = jax.vmap(lambda k: jax.random.split(k, 3))(keys)
+        key_phrasing, key_qpos, key_qvel = split[:, 0], split[:, 1], split[:, 2]
+        counts = params.phrasing_counts[task]
+        if phrasing is None:
+            phrasing = jax.vmap(lambda k, c: jax.random.randint(k, (), 0, c))(key_phrasing, counts)
+        phrasing = jnp.broadcast_to(jnp.asarray(phrasing, jnp.int32), (batch,)) % counts
+        dtype = jnp.result_type(float)
+        qpos = jax.vmap(lambda k: jax.random.uniform(k, (M.NQ,), dtype, -RESET_NOISE_SCALE, RESET_NOISE_SCALE))(key_qpos)
+        qvel = RESET_NOISE_SCALE * jax.vmap(lambda k: jax.random.normal(k, (M.NV,), dtype))(key_qvel)
+        state = EnvState(
+            physics=Physics.from_qpos_qvel(qpos, qvel),
+            dx=jnp.zeros((batch,), dtype),
+            progress=Progress.zeros((batch,), dtype),
+            t=jnp.zeros((batch,), jnp.int32),
+            task=task,
+            instruction=params.phrasing_ids[task, phrasing].astype(jnp.int32),
+            done=jnp.zeros((batch,), bool),
+            success=jnp.zeros((batch,), bool),
+        )
+        return self.observation_batch(state, params), state
+
+    def reset_batch(self, keys: jax.Array, params: EnvParams) -> tuple[jax.Array, EnvState]:
+        """Resets B environments with uniformly sampled tasks: keys (B,) → obs (B, 18+E), state."""
+        key_task = jax.vmap(lambda k: jax.random.fold_in(k, 0x7A5C))(keys)
+        task = jax.vmap(lambda k: jax.random.randint(k, (), 0, params.num_tasks))(key_task)
+        return self.reset_to_task_batch(keys, params, task)
+
+    def step_batch(self, keys: jax.Array, state: EnvState, action: jax.Array, params: EnvParams
+                   ) -> tuple[jax.Array, EnvState, jax.Array, jax.Array, dict[str, jax.Array]]:
+        """Steps B environments (one physics call for the batch).
+
+        Args:
+          keys: (B,) PRNG keys (unused: deterministic physics).
+          state: batched :class:`EnvState` (leading B).
+          action: (B, 6) float in [-1, 1] (values outside are clamped by MuJoCo but charged in full by
+            the control cost, as in Gymnasium).
+          params: the level's :class:`EnvParams`.
+        Returns:
+          obs (B, 18+E) float32, next state, reward (B,) float32, done (B,) bool,
+          info {"success": (B,) bool, "truncated": (B,) bool}.
+        """
+        del keys
+        batch = state.t.shape[0]
+        action = jnp.asarray(action)
+        if action.shape != (batch, tasks.ACTION_DIM):
+            raise ValueError(f"action must have shape ({batch}, {tasks.ACTION_DIM}) for a batch of {batch} "
+                             f"states, got {action.shape}")
+        active = ~state.done
+        physics, dx = backends.physics_step(state.physics, action, self.backend, active=active,
+                                            nthread=self.nthread)
+        dx = jnp.where(active, dx, state.dx)
+        chex.assert_shape(dx, (batch,))
+        t = state.t + active.astype(jnp.int32)
+        prev_vec = self.state_vector(state)
+        next_vec = tasks.state_vector(dx, physics.qpos, physics.qvel)
+        progress = tasks.update_progress(state.progress, next_vec, t)
+        progress = jax.tree.map(lambda new, old: jnp.where(active, new, old), progress, state.progress)
+        goal = params.goals[state.task]
+        succeeded = tasks.success(progress, t, goal) & active
+        reward = jnp.where(active, tasks.reward(prev_vec, action, next_vec, goal, state.progress), 0.0)
+        done, success, info = self.episode_flags(state, succeeded, t, params)
+        next_state = state.replace(physics=physics, dx=dx, progress=progress, t=t, done=done, success=success)
+        return self.observation_batch(next_state, params), next_state, reward.astype(jnp.float32), done, info
