@@ -20,6 +20,7 @@ import pytest
 
 from imaginejax import algos, envs
 from imaginejax.algos.base import Spec
+from imaginejax.algos.combo import ComboConfig, make_discrete_combo
 from imaginejax.algos.networks import NetConfig
 from imaginejax.data import to_transitions
 from imaginejax.demo import cached_expert_data, random_policy_success
@@ -32,7 +33,15 @@ EPISODES = 200
 # CI-sized overrides of the default hyperparameters (only fields an algorithm has are applied).
 FAST = {"learning_rate": 1e-3, "critic_learning_rate": 1e-3, "actor_learning_rate": 1e-3,
         "target_update_interval": 1, "target_tau": 0.005}
-PER_ALGORITHM = {"cql": {"alpha": 1.0}}
+PER_ALGORITHM = {"cql": {"alpha": 1.0}, "combo": {"beta": 0.5, "model_warmup": 1000}}
+# COMBO's model buffer at the reference size (250k rows per run) is more than a test needs.
+SMALL_COMBO = ComboConfig(rollout_batch=5000, rollout_interval=1000)
+
+
+def _build(name: str, spec: Spec):
+    if name == "combo":
+        return make_discrete_combo(spec, NET, SMALL_COMBO)
+    return algos.make(name, spec, NET)
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +64,7 @@ def _ci_hyperparams(name: str, hp):
 def test_discrete_algorithm_learns_clevr_train_level(clevr, name):
     env, params, spec, real, random_rate = clevr
     assert 0.1 < random_rate < 0.25, random_rate  # the baseline itself is what we think it is
-    algo = algos.make(name, spec, NET)
+    algo = _build(name, spec)
     config = EngineConfig(batch_size=128, updates_per_interval=1500, num_intervals=2, eval_episodes=EPISODES)
     trainer = make_train(algo, spec, config, {"train": (env, params)})
     hp = broadcast_runs(_ci_hyperparams(name, algo.default_hp(spec)), SEEDS)
