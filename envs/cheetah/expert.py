@@ -1,0 +1,395 @@
+"""HalfCheetah experts: one task-conditioned soft actor-critic trained online on the MuJoCo C backend.
+
+HalfCheetah has no scripted expert; the reference trained one RL policy per task. Here one policy
+serves all nine tasks: its input is the 18-d state, the goal (kind one-hot, direction) and the episode's
+running quantities that the task needs but the state does not carry (step count, which legs are done,
+Σ) — privileged information an expert may use, read from the environment state. Everything
+(environment steps through the ``pure_callback`` physics, replay buffer, gradient updates) runs inside
+one compiled ``lax.scan`` per chunk of training; a Python loop over chunks only logs and saves.
+
+Training semantics (not the evaluation semantics): every episode runs the full 200 steps (a task's
+success does not end it, so the agent never learns to avoid succeeding in order to keep collecting
+reward) and a time limit is a truncation (the TD target bootstraps). Rewards are the tasks' own
+(:func:`tasks.reward`). Evaluation and data collection use the real environment (:func:`make_policy`
+with :func:`imaginejax.data.collect.collect`), where success ends an episode.
+
+SAC (Haarnoja et al. 2018) from the shared pieces: tanh-Gaussian actor and temperature loss
+(:mod:`imaginejax.algos.sac`), twin critics, TD target, Adam and Polyak updates
+(:mod:`imaginejax.algos.common`), and the parameter record of continuous CQL
+(:class:`imaginejax.algos.cql.ContinuousCQLState`, whose Lagrange fields stay unused). The update is
+CQL's with the conservative term removed and the entropy term kept in the target:
+
+    y = r + γ [ min_i Q_θi'(o', a') − α log π(a'|o') ],  a' ~ π(·|o')
+    L(θ) = Σ_i E[(Q_θi(o, a) − y)²],  L(φ) = E[α log π(ã|o) − min_i Q_θi(o, ã)],
+    L(log α) = −log α · E[log π(ã|o) + H̄],  H̄ = −6.
+
+Parameters are saved with :mod:`imaginejax.checkpoint` (the project's atomic, checksummed writer).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Final
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from imaginejax.algos.base import Spec
+from imaginejax.algos.common import TwinCritic, adam_step, polyak_update, td_target, twin_critic_loss
+from imaginejax.algos.cql import ContinuousCQLState, continuous_cql_default_hp, init_continuous_cql
+from imaginejax.algos.networks import NetConfig
+from imaginejax.algos.sac import TanhGaussianActor, sac_actor_loss, sample_tanh_gaussian, temperature_loss
+from imaginejax.checkpoint import flatten_named, load_checkpoint, save_checkpoint, unflatten_named
+from imaginejax.data.types import Batch
+from imaginejax.envs.base import EnvParams
+
+from imaginejax.envs.cheetah import tasks
+from imaginejax.envs.cheetah.env import EnvState, HalfCheetah
+
+ALL_GOALS: Final[np.ndarray] = np.concatenate(
+    [tasks.level_goals("train"), tasks.level_goals("easy"), tasks.level_goals("hard")])
+NUM_KINDS: Final[int] = len(tasks.KIND_NAMES)
+FEATURE_DIM: Final[int] = tasks.STATE_DIM + NUM_KINDS + 5
+# Fixed input scales (≈ the spread of each entry under a running policy): dx, rootz, pitch, 6 angles,
+# vx, vz, pitch rate, 6 joint speeds, then the task features (already O(1)).
+FEATURE_SCALE: Final[np.ndarray] = np.concatenate([
+    [0.3, 0.2, 1.0], np.full(6, 0.5), [5.0, 2.0, 5.0], np.full(6, 10.0), np.ones(NUM_KINDS + 5)]).astype(np.float32)
+
+
+def expert_features(state_vec: jax.Array, progress: tasks.Progress, t: jax.Array, goal: jax.Array) -> jax.Array:
+    """The expert's input: (B, 18) state, progress fields (B,), t (B,), goal (B, 2) → (B, 28).
+
+    Layout: state (18) ⊕ one-hot goal kind (5) ⊕ [direction, t/200, forward leg done, backward leg done,
+    clip(Σ/10, −3, 3)].
+    """
+    kind = jax.nn.one_hot(goal[:, 0], NUM_KINDS, dtype=jnp.float32)
+    extra = jnp.stack([goal[:, 1].astype(jnp.float32), t.astype(jnp.float32) / tasks.MAX_STEPS,
+                       (progress.forward_done_at > 0).astype(jnp.float32),
+                       (progress.backward_done_at > 0).astype(jnp.float32),
+                       jnp.clip(progress.sigma / 10.0, -3.0, 3.0)], axis=-1)
+    return jnp.concatenate([state_vec.astype(jnp.float32), kind, extra], axis=-1)
+
+
+def state_features(state: EnvState, params: EnvParams) -> jax.Array:
+    """:func:`expert_features` of a batched environment state."""
+    return expert_features(HalfCheetah.state_vector(state), state.progress, state.t, params.goals[state.task])
+
+
+@dataclasses.dataclass(frozen=True)
+class ExpertConfig:
+    """Static training configuration (changing it recompiles).
+
+    Attributes:
+      envs_per_task: parallel environments per task (9 tasks).
+      updates_per_step: gradient updates per vector environment step.
+      batch_size: minibatch size.
+      buffer_size: replay capacity (transitions).
+      warmup_steps: vector steps of uniformly random actions before the first update.
+      steps_per_chunk: vector steps per compiled call.
+      net: actor and critic shapes (language-encoder tanh layers, then the ReLU head).
+      actor_lr, critic_lr, temperature_lr, gamma, tau: SAC hyperparameters.
+      backend: physics backend of the training environments.
+    """
+
+    envs_per_task: int = 4
+    updates_per_step: int = 8
+    batch_size: int = 128
+    buffer_size: int = 400_000
+    warmup_steps: int = 100
+    steps_per_chunk: int = 250
+    net: NetConfig = NetConfig(encoder_width=64, encoder_layers=2, hidden=(128, 128))
+    actor_lr: float = 3e-4
+    critic_lr: float = 3e-4
+    temperature_lr: float = 3e-4
+    gamma: float = 0.99
+    tau: float = 0.005
+    backend: str = "mujoco"
+
+    @property
+    def num_envs(self) -> int:
+        return self.envs_per_task * len(ALL_GOALS)
+
+
+def expert_params() -> EnvParams:
+    """An :class:`EnvParams` holding all nine goals (no instructions): the training task table."""
+    k = len(ALL_GOALS)
+    return EnvParams(goals=jnp.asarray(ALL_GOALS), phrasing_ids=jnp.zeros((k, 1), jnp.int32),
+                     phrasing_counts=jnp.ones((k,), jnp.int32), instruction_embeddings=jnp.zeros((1, 0)),
+                     max_steps=tasks.MAX_STEPS, level="all", reset_tries=1)
+
+
+def _modules(config: ExpertConfig) -> tuple[TanhGaussianActor, TwinCritic]:
+    return TanhGaussianActor(config.net, tasks.ACTION_DIM), TwinCritic(config.net)
+
+
+def _spec() -> Spec:
+    return Spec(state_dim=FEATURE_DIM, embed_dim=0, discrete=False, action_dim=tasks.ACTION_DIM)
+
+
+def _normalize(features: jax.Array) -> jax.Array:
+    return features / jnp.asarray(FEATURE_SCALE)
+
+
+def init_sac(key: jax.Array, config: ExpertConfig) -> ContinuousCQLState:
+    """Fresh SAC parameters (actor, twin critics, targets, log α = 0) and Adam states."""
+    actor, critic = _modules(config)
+    return init_continuous_cql(actor, critic, key, _spec(), continuous_cql_default_hp(_spec()))
+
+
+def sac_update(state: ContinuousCQLState, batch: Batch, key: jax.Array, config: ExpertConfig
+               ) -> tuple[ContinuousCQLState, dict[str, jax.Array]]:
+    """One SAC update (critics, actor, temperature; losses at the pre-update parameters).
+
+    Args:
+      state: SAC parameters.
+      batch: B transitions; ``batch.state`` / ``next_state`` are (B, 28) expert features, no embedding.
+      key: PRNG key of the target and actor samples.
+      config: the static configuration.
+    Returns: the new state and metrics (critic_loss, actor_loss, temperature, entropy, target_q).
+    """
+    actor, critic = _modules(config)
+    obs, next_obs = _normalize(batch.state), _normalize(batch.next_state)
+    k_target, k_actor = jax.random.split(key)
+    temperature = jnp.exp(state.log_temperature)
+    next_mean, next_log_std = actor.apply(state.actor_params, next_obs)
+    next_action, next_log_prob = sample_tanh_gaussian(k_target, next_mean, next_log_std)
+    next_value = jnp.min(critic.apply(state.critic_target, next_obs, next_action), axis=0)
+    target = jax.lax.stop_gradient(td_target(batch.reward, batch.terminal, next_value - temperature * next_log_prob,
+                                             config.gamma))
+    c_loss, c_grads = jax.value_and_grad(
+        lambda p: twin_critic_loss(critic.apply(p, obs, batch.action), target))(state.critic_params)
+
+    def actor_loss_fn(params):
+        mean, log_std = actor.apply(params, obs)
+        action, log_prob = sample_tanh_gaussian(k_actor, mean, log_std)
+        q = jnp.min(critic.apply(state.critic_params, obs, action), axis=0)
+        return sac_actor_loss(q, log_prob, temperature), log_prob
+
+    (a_loss, log_prob), a_grads = jax.value_and_grad(actor_loss_fn, has_aux=True)(state.actor_params)
+    t_loss, t_grad = jax.value_and_grad(temperature_loss)(state.log_temperature, log_prob, -float(tasks.ACTION_DIM))
+    critic_params, critic_opt = adam_step(state.critic_params, c_grads, state.critic_opt, config.critic_lr)
+    actor_params, actor_opt = adam_step(state.actor_params, a_grads, state.actor_opt, config.actor_lr)
+    log_temperature, temperature_opt = adam_step(state.log_temperature, t_grad, state.temperature_opt,
+                                                 config.temperature_lr)
+    new_state = state.replace(actor_params=actor_params, critic_params=critic_params,
+                              critic_target=polyak_update(state.critic_target, critic_params, config.tau),
+                              log_temperature=log_temperature, actor_opt=actor_opt, critic_opt=critic_opt,
+                              temperature_opt=temperature_opt, step=state.step + 1)
+    metrics = {"critic_loss": c_loss, "actor_loss": a_loss, "temperature": temperature,
+               "entropy": -log_prob.mean(), "target_q": target.mean()}
+    return new_state, metrics
+
+
+def act(actor_params: Any, features: jax.Array, key: jax.Array, config: ExpertConfig,
+        deterministic: bool) -> jax.Array:
+    """(B, 28) features → (B, 6) actions: tanh(μ) (deterministic) or a sample of π."""
+    actor, _ = _modules(config)
+    mean, log_std = actor.apply(actor_params, _normalize(features))
+    if deterministic:
+        return jnp.tanh(mean)
+    return sample_tanh_gaussian(key, mean, log_std)[0]
+
+
+@struct.dataclass
+class Trainer:
+    """Everything training carries between compiled chunks (a pytree).
+
+    Attributes:
+      sac: SAC parameters and optimiser states.
+      env_state: (N,) environment states; features: (N, 28) their expert features.
+      buffer: replay arrays ``features`` (C, 28), ``action`` (C, 6), ``reward`` (C,), ``next_features``.
+      size, position: () int32 filled rows and next write row of the ring buffer.
+      key: PRNG key; vector_steps: () int32 environment steps taken by the vector.
+      episode_return: (N,) running undiscounted return of each current episode.
+    """
+
+    sac: ContinuousCQLState
+    env_state: EnvState
+    features: jax.Array
+    buffer: dict[str, jax.Array]
+    size: jax.Array
+    position: jax.Array
+    key: jax.Array
+    vector_steps: jax.Array
+    episode_return: jax.Array
+
+
+def _reset(env: HalfCheetah, key: jax.Array, params: EnvParams, n: int) -> EnvState:
+    task = jnp.arange(n, dtype=jnp.int32) % len(ALL_GOALS)
+    _, state = env.reset_to_task_batch(jax.random.split(key, n), params, task)
+    return state
+
+
+def init_trainer(key: jax.Array, config: ExpertConfig) -> Trainer:
+    """Fresh SAC, N environments (round-robin over the nine tasks) and an empty buffer."""
+    env, params = HalfCheetah(config.backend), expert_params()
+    k_sac, k_env, key = jax.random.split(key, 3)
+    state = _reset(env, k_env, params, config.num_envs)
+    c = config.buffer_size
+    buffer = {"features": jnp.zeros((c, FEATURE_DIM)), "action": jnp.zeros((c, tasks.ACTION_DIM)),
+              "reward": jnp.zeros((c,)), "next_features": jnp.zeros((c, FEATURE_DIM))}
+    trainer = Trainer(sac=init_sac(k_sac, config), env_state=state, features=state_features(state, params),
+                      buffer=buffer, size=jnp.zeros((), jnp.int32), position=jnp.zeros((), jnp.int32), key=key,
+                      vector_steps=jnp.zeros((), jnp.int32), episode_return=jnp.zeros((config.num_envs,)))
+    return jax.tree.map(lambda x: jnp.array(x, copy=True), trainer)  # distinct buffers (targets = online)
+
+
+def make_train_chunk(config: ExpertConfig) -> Callable[[Trainer], tuple[Trainer, dict[str, jax.Array]]]:
+    """The compiled chunk: ``steps_per_chunk`` × (one vector env step, then ``updates_per_step``
+    updates once the warm-up is over). Returns the trainer and the chunk's metrics (means of the
+    update metrics, ``episode_return``: mean return of the episodes that ended in the chunk (NaN if
+    none), per task (9,))."""
+    env, params = HalfCheetah(config.backend), expert_params()
+    n, k = config.num_envs, len(ALL_GOALS)
+
+    def one_step(trainer: Trainer, _: Any) -> tuple[Trainer, dict[str, jax.Array]]:
+        key, k_act, k_reset, k_upd = jax.random.split(trainer.key, 4)
+        warm = trainer.vector_steps < config.warmup_steps
+        random_action = jax.random.uniform(k_act, (n, tasks.ACTION_DIM), minval=-1.0, maxval=1.0)
+        action = jnp.where(warm, random_action, act(trainer.sac.actor_params, trainer.features, k_act, config, False))
+        _, stepped, reward, _, _ = env.step_batch(jax.random.split(k_act, n), trainer.env_state, action, params)
+        stepped = stepped.replace(done=jnp.zeros_like(stepped.done), success=jnp.zeros_like(stepped.success))
+        next_features = state_features(stepped, params)
+        rows = (trainer.position + jnp.arange(n)) % config.buffer_size
+        buffer = {"features": trainer.buffer["features"].at[rows].set(trainer.features),
+                  "action": trainer.buffer["action"].at[rows].set(action),
+                  "reward": trainer.buffer["reward"].at[rows].set(reward),
+                  "next_features": trainer.buffer["next_features"].at[rows].set(next_features)}
+        ended = stepped.t >= tasks.MAX_STEPS
+        episode_return = trainer.episode_return + reward
+        fresh = _reset(env, k_reset, params, n)
+        env_state = jax.tree.map(lambda f, s: jnp.where(ended.reshape(ended.shape + (1,) * (s.ndim - 1)), f, s),
+                                 fresh, stepped)
+        size = jnp.minimum(trainer.size + n, config.buffer_size)
+
+        def updates(sac: ContinuousCQLState) -> tuple[ContinuousCQLState, dict[str, jax.Array]]:
+            def body(sac, key_u):
+                k_idx, k_sac = jax.random.split(key_u)
+                idx = jax.random.randint(k_idx, (config.batch_size,), 0, size)
+                batch = Batch(state=buffer["features"][idx], embedding=jnp.zeros((config.batch_size, 0)),
+                              action=buffer["action"][idx], reward=buffer["reward"][idx],
+                              next_state=buffer["next_features"][idx], terminal=jnp.zeros((config.batch_size,)),
+                              imaginary=jnp.zeros((config.batch_size,), bool))
+                return sac_update(sac, batch, k_sac, config)
+
+            sac, metrics = jax.lax.scan(body, sac, jax.random.split(k_upd, config.updates_per_step))
+            return sac, jax.tree.map(jnp.mean, metrics)
+
+        zeros = {name: jnp.float32(jnp.nan) for name in ("critic_loss", "actor_loss", "temperature", "entropy",
+                                                           "target_q")}
+        sac, metrics = jax.lax.cond(warm, lambda s: (s, zeros), updates, trainer.sac)
+        finished = jnp.where(ended, episode_return, 0.0)
+        metrics["return_sum"] = jax.ops.segment_sum(finished, trainer.env_state.task, k)
+        metrics["return_count"] = jax.ops.segment_sum(ended.astype(jnp.float32), trainer.env_state.task, k)
+        trainer = Trainer(sac=sac, env_state=env_state, features=state_features(env_state, params), buffer=buffer,
+                          size=size, position=(trainer.position + n) % config.buffer_size, key=key,
+                          vector_steps=trainer.vector_steps + 1,
+                          episode_return=jnp.where(ended, 0.0, episode_return))
+        return trainer, metrics
+
+    def chunk(trainer: Trainer) -> tuple[Trainer, dict[str, jax.Array]]:
+        trainer, metrics = jax.lax.scan(one_step, trainer, None, length=config.steps_per_chunk)
+        out = {name: jnp.nanmean(value) for name, value in metrics.items() if not name.startswith("return")}
+        total, count = metrics["return_sum"].sum(0), metrics["return_count"].sum(0)
+        out["episode_return"] = jnp.where(count > 0, total / jnp.maximum(count, 1.0), jnp.nan)
+        return trainer, out
+
+    return jax.jit(chunk, donate_argnums=0)
+
+
+def make_policy(actor_params: Any, config: ExpertConfig = ExpertConfig(), deterministic: bool = True
+                ) -> Callable[[jax.Array, jax.Array, EnvState, EnvParams], jax.Array]:
+    """A collection policy ``policy(key, obs, state, params) -> (B, 6)`` (see
+    :func:`imaginejax.data.collect.collect`) that reads the privileged features from ``state``."""
+
+    def policy(key: jax.Array, obs: jax.Array, state: EnvState, params: EnvParams) -> jax.Array:
+        del obs
+        return act(actor_params, state_features(state, params), key, config, deterministic)
+
+    return policy
+
+
+def save_expert(directory: str | Path, sac: ContinuousCQLState, config: ExpertConfig, step: int,
+                meta: dict[str, Any] | None = None) -> Path:
+    """Writes the actor parameters (and SAC state) as checkpoint ``step`` in ``directory``."""
+    arrays = flatten_named(jax.device_get(sac), "sac")
+    info = {"kind": "cheetah-sac-expert", "config": {k: (dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v)
+                                                     for k, v in dataclasses.asdict(config).items()}}
+    info.update(meta or {})
+    return save_checkpoint(directory, step, arrays, info, keep=2)
+
+
+def load_expert(path: str | Path, config: ExpertConfig = ExpertConfig()) -> ContinuousCQLState:
+    """Reads a checkpoint written by :func:`save_expert` into the SAC structure of ``config``."""
+    _, arrays = load_checkpoint(path)
+    target = jax.device_get(init_sac(jax.random.PRNGKey(0), config))
+    return jax.tree.map(jnp.asarray, unflatten_named(arrays, target, "sac", Path(path)))
+
+
+def train_expert(key: jax.Array, config: ExpertConfig, chunks: int, *, checkpoint_dir: str | Path | None = None,
+                 log: bool = True) -> ContinuousCQLState:
+    """Trains for ``chunks`` compiled chunks, printing a line per chunk, saving after each when
+    ``checkpoint_dir`` is given. Returns the SAC state."""
+    trainer = init_trainer(key, config)
+    chunk = make_train_chunk(config)
+    start = time.perf_counter()
+    for c in range(chunks):
+        trainer, metrics = chunk(trainer)
+        metrics = jax.device_get(metrics)
+        steps = int(trainer.vector_steps) * config.num_envs
+        if log:
+            returns = " ".join("  nan" if np.isnan(r) else f"{r:5.0f}" for r in metrics["episode_return"])
+            print(f"chunk {c + 1}/{chunks}: {steps} env steps, {int(trainer.sac.step)} updates, "
+                  f"{time.perf_counter() - start:.0f} s, critic {metrics['critic_loss']:.3g}, "
+                  f"α {metrics['temperature']:.3g}, returns per task [{returns}]", file=sys.stderr, flush=True)
+        if checkpoint_dir is not None:
+            save_expert(checkpoint_dir, trainer.sac, config, c + 1, {"env_steps": steps})
+    return trainer.sac
+
+
+def evaluate_expert(actor_params: Any, level: str, episodes_per_task: int, key: jax.Array,
+                    config: ExpertConfig = ExpertConfig(), backend: str = "mujoco") -> dict[str, float]:
+    """Success rate per task of a level with the deterministic expert in the real environment (success
+    ends an episode), via :func:`imaginejax.data.collect.collect`. Returns {task name: rate}."""
+    from imaginejax.data.collect import collect
+    from imaginejax.envs.cheetah.env import make_params
+
+    params = make_params(level, embed=False)
+    k = params.num_tasks
+    n = episodes_per_task * k
+    ds = collect(HalfCheetah(backend), params, make_policy(actor_params, config), key, n,
+                 task_indices=np.arange(n) % k, chunk_size=n, policy_name="cheetah-sac-expert", progress=False)
+    success = ds.terminals.any(axis=1)
+    names = [tasks.describe_goal(g) for g in np.asarray(params.goals)]
+    return {names[t]: float(success[np.arange(n) % k == t].mean()) for t in range(k)}
+
+
+def main() -> None:
+    """``python -m imaginejax.envs.cheetah.expert --chunks 60 --out DIR``: train, save, evaluate."""
+    import argparse
+
+    from imaginejax.paths import cache_root
+
+    parser = argparse.ArgumentParser(description="Train the HalfCheetah SAC expert (all nine tasks).")
+    parser.add_argument("--chunks", type=int, default=60)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=None, help="checkpoint directory "
+                        "(default: <cache root>/experts/cheetah-sac)")
+    parser.add_argument("--eval-episodes", type=int, default=20, help="episodes per task and level")
+    args = parser.parse_args()
+    out = args.out or cache_root() / "experts" / "cheetah-sac"
+    config = ExpertConfig()
+    sac = train_expert(jax.random.PRNGKey(args.seed), config, args.chunks, checkpoint_dir=out)
+    for level in ("train", "easy", "hard"):
+        rates = evaluate_expert(sac.actor_params, level, args.eval_episodes, jax.random.PRNGKey(100 + args.seed),
+                                config)
+        print(f"{level}: " + ", ".join(f"{name} {rate:.2f}" for name, rate in rates.items()), flush=True)
+
+
+if __name__ == "__main__":
+    main()
