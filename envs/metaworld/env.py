@@ -1,0 +1,259 @@
+"""Meta-World (Sawyer, mocap hand) as a batched, functional environment on the MuJoCo C backend.
+
+API (pure; ``params`` holds the level's task table)::
+
+    env, params = imaginejax.envs.make("metaworld", level)        # or make_params(level)
+    obs, state = env.reset(key, params)                           # obs (91+E,)
+    obs, state, reward, done, info = env.step(key, state, action, params)    # action (4,) in [-1, 1]
+    obs, state = env.reset_batch(keys, params)                    # batched kernels (the implementation)
+    obs, state, reward, done, info = env.step_batch(keys, states, actions, params)
+
+Physics. Each task compiles its Meta-World scene (:mod:`.scenes`); MuJoCo C on the host advances all rows
+of a step in one batched call (:mod:`imaginejax.envs.mujoco_host`), reached through ``jax.pure_callback``
+so reset and step work under ``jit``, ``vmap`` and ``lax.scan``. Rows of different tasks (different
+scenes) mix freely in one batch: one compiled step serves every task of a level. The MJX backend is not
+available yet: ``mjx.put_model`` rejects most Meta-World scenes (cylinder–box/mesh pairs); substituting
+primitives is later work.
+
+Semantics (Meta-World v3, BENCHMARK §2.2):
+
+* action = (Δx, Δy, Δz, gripper): the hand's mocap target moves by ``clip(Δ, -1, 1) / 100`` (clipped to
+  the task's mocap bounds), the two finger actuators get ``(g, -g)``; 5 MuJoCo steps of 2.5 ms per step;
+* reset draws the task (``reset_batch``) or takes it (``reset_to_task_batch``), a phrasing, and Meta-World's
+  random reset vector (object / goal / fixture positions, with its rejection rule) from the key, then runs
+  Meta-World's reset procedure on the host (:mod:`.host`);
+* observation = the 91-d entity-slot state (:mod:`.tasks`) ⊕ the instruction embedding. One slot the task
+  does not use (drawn per episode) holds a distractor: a pose drawn at reset (position uniform over the
+  table area, random unit quaternion) plus fresh Gaussian jitter of :data:`DISTRACTOR_JITTER` m each step;
+* reward = 10 on the step where Meta-World's success predicate first holds, otherwise the change of
+  Meta-World's dense reward over the step (the dense reward of the reset state is taken with a zero
+  action); the episode ends on success (a terminal) or after 100 steps (a truncation); no auto-reset:
+  a finished row stays frozen (and is not simulated) with reward 0.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from imaginejax.envs.base import EnvParams, TaskEnv, make_level_params
+from imaginejax.envs.metaworld import tasks
+from imaginejax.envs.metaworld.host import get_host
+from imaginejax.envs.metaworld.scenes import SENSOR_DIM
+
+__all__ = ["DISTRACTOR_JITTER", "EnvState", "MetaWorld", "make_params"]
+
+ENV_NAME: Final[str] = "metaworld"
+RESET_CANDIDATES: Final[int] = 16  # random vectors drawn per reset for Meta-World's rejection rule
+DISTRACTOR_LOW: Final[np.ndarray] = np.array([-0.3, 0.45, 0.0], np.float32)
+DISTRACTOR_HIGH: Final[np.ndarray] = np.array([0.3, 0.9, 0.3], np.float32)
+DISTRACTOR_JITTER: Final[float] = 0.005
+
+
+@struct.dataclass
+class EnvState:
+    """Environment state; every field gets a leading (B,) axis in the batched kernels.
+
+    Attributes:
+      phys: (S, 2) uint32 MuJoCo FULLPHYSICS state, the float64 bit pattern (exact; only the host reads it).
+      ctrl: (C, 2) uint32 control vector (actuators, mocap poses: the hand's target), float64 bits.
+      sensors: (39,) float32 observables of the current physics state (:mod:`.scenes` layout).
+      consts: (18,) float32 episode constants (:class:`.tasks.Extras`).
+      vec: (91,) float32 the current 91-d state, distractor included.
+      dense: () float32 Meta-World's dense reward of the current state.
+      distractor: () int32 the distractor's slot; distractor_pose (7,) its pose at reset.
+      reset_vector: (RAND_DIM,) float32 Meta-World's random reset vector of the episode (provenance:
+        Meta-World's own env reset with it starts from the same state).
+      t, task (row of ``params.goals``), instruction, done, success: as in every TaskEnv.
+    """
+
+    phys: jax.Array
+    ctrl: jax.Array
+    sensors: jax.Array
+    consts: jax.Array
+    vec: jax.Array
+    dense: jax.Array
+    distractor: jax.Array
+    distractor_pose: jax.Array
+    reset_vector: jax.Array
+    t: jax.Array
+    task: jax.Array
+    instruction: jax.Array
+    done: jax.Array
+    success: jax.Array
+
+
+def make_params(level: str, *, embed: bool = True) -> EnvParams:
+    """:class:`EnvParams` of a Meta-World level (goal rows ``[task id, index]``; cap 100 steps)."""
+    from imaginejax.envs.metaworld import instructions as instr
+
+    return make_level_params(level, tasks.level_goals(level), instr.level_instruction_table(level),
+                             tasks.MAX_STEPS, embed=embed, reset_tries=RESET_CANDIDATES)
+
+
+def _distractor_pose(key: jax.Array) -> jax.Array:
+    k_pos, k_quat = jax.random.split(key)
+    pos = jax.random.uniform(k_pos, (3,), minval=jnp.asarray(DISTRACTOR_LOW), maxval=jnp.asarray(DISTRACTOR_HIGH))
+    quat = jax.random.normal(k_quat, (4,))
+    quat = quat / jnp.linalg.norm(quat)
+    return jnp.concatenate([pos, quat * jnp.sign(quat[0] + 1e-12)])
+
+
+def _with_distractor(vec: jax.Array, slot: jax.Array, pose: jax.Array) -> jax.Array:
+    """(B, 91) states with slot ``slot`` (B,) set to ``pose`` (B, 7)."""
+    onehot = jnp.arange(tasks.NUM_SLOTS)[None, :] == slot[:, None]  # (B, 12)
+    slots = vec[:, tasks.SLOT_START:].reshape(vec.shape[0], tasks.NUM_SLOTS, tasks.SLOT_DIM)
+    slots = jnp.where(onehot[..., None], pose[:, None, :], slots)
+    return jnp.concatenate([vec[:, :tasks.SLOT_START], slots.reshape(vec.shape[0], -1)], -1)
+
+
+class MetaWorld(TaskEnv):
+    """Meta-World on MuJoCo C (see the module docstring). Stateless; the level lives in the params."""
+
+    name: Final[str] = ENV_NAME
+    state_dim: Final[int] = tasks.STATE_DIM
+    action_dim: Final[int] = 4
+    goal_dim: Final[int] = tasks.GOAL_DIM
+    discrete: Final[bool] = False
+    levels: Final[tuple[str, ...]] = tasks.LEVELS
+    backend: Final[str] = "mujoco"
+
+    success = staticmethod(tasks.success)
+    reward = staticmethod(tasks.reward)
+    legal = staticmethod(tasks.legal)
+
+    def __init__(self, nthread: int | None = None) -> None:
+        self._nthread = nthread
+
+    @property
+    def host(self):
+        """The process-wide host side (models, stepper, reset); built on first use."""
+        return get_host(self._nthread)
+
+    @staticmethod
+    def instructions(level: str) -> tuple[str, ...]:
+        from imaginejax.envs.metaworld import instructions as instr
+
+        return instr.level_instructions(level)
+
+    @staticmethod
+    def default_params(level: str = "train", *, embed: bool = True) -> EnvParams:
+        return make_params(level, embed=embed)
+
+    @staticmethod
+    def state_vector(state: EnvState) -> jax.Array:
+        """(..., 91) state vectors."""
+        return state.vec
+
+    @staticmethod
+    def task_id(state: EnvState, params: EnvParams) -> jax.Array:
+        """(...) index into :data:`tasks.TASKS` of each row's task."""
+        return params.goals[state.task, 0]
+
+    # ------------------------------------------------------------------ batched kernels
+    def reset_to_task_batch(self, keys: jax.Array, params: EnvParams, task: jax.Array,
+                            phrasing: jax.Array | None = None) -> tuple[jax.Array, EnvState]:
+        """Resets B environments to given tasks (rows of ``params.goals``).
+
+        Args:
+          keys: (B,) PRNG keys.
+          params: the level's :class:`EnvParams`.
+          task: (B,) int32 rows of ``params.goals``.
+          phrasing: optional (B,) int32 phrasing positions (modulo each task's count); sampled if None.
+        Returns: observations (B, 91+E) and the batched state.
+        """
+        batch = keys.shape[0]
+        task = jnp.broadcast_to(jnp.asarray(task, jnp.int32), (batch,))
+        split = jax.vmap(lambda k: jax.random.split(k, 4))(keys)
+        k_phr, k_rand, k_slot, k_pose = split[:, 0], split[:, 1], split[:, 2], split[:, 3]
+        counts = params.phrasing_counts[task]
+        if phrasing is None:
+            phrasing = jax.vmap(lambda k, c: jax.random.randint(k, (), 0, c))(k_phr, counts)
+        phrasing = jnp.broadcast_to(jnp.asarray(phrasing, jnp.int32), (batch,)) % counts
+        instruction = params.phrasing_ids[task, phrasing]
+        tid = params.goals[task, 0]
+
+        low, high = jnp.asarray(tasks.RAND_LOW)[tid], jnp.asarray(tasks.RAND_HIGH)[tid]  # (B, R)
+        tries = params.reset_tries
+        u = jax.vmap(lambda k: jax.random.uniform(k, (tries, tasks.RAND_DIM)))(k_rand)  # (B, T, R)
+        cand = low[:, None, :] + u * (high - low)[:, None, :]
+        gap = jnp.linalg.norm(cand[..., 0:2] - cand[..., 3:5], axis=-1)
+        ok = gap >= jnp.asarray(tasks.MIN_XY_GAP)[tid][:, None]
+        rand = jnp.take_along_axis(cand, jnp.argmax(ok, axis=1)[:, None, None], axis=1)[:, 0]
+
+        host = self.host
+        out_types = (jax.ShapeDtypeStruct((batch, host.state_width, 2), jnp.uint32),
+                     jax.ShapeDtypeStruct((batch, host.control_width, 2), jnp.uint32),
+                     jax.ShapeDtypeStruct((batch, tasks.CONST_DIM), jnp.float32),
+                     jax.ShapeDtypeStruct((batch, SENSOR_DIM), jnp.float32))
+        phys, ctrl, consts, sensors = jax.pure_callback(
+            host._reset_callback, out_types, tid, rand.astype(jnp.float32), vmap_method="broadcast_all")
+
+        free = ~jnp.asarray(tasks.SLOT_USED)[tid]  # (B, 12)
+        slot = jax.vmap(lambda k, f: jax.random.choice(k, tasks.NUM_SLOTS, p=f / f.sum()))(k_slot, free.astype(jnp.float32))
+        pose = jax.vmap(_distractor_pose)(k_pose)
+        vec = _with_distractor(tasks.state_from_sensors(sensors, tid, consts[:, 0:3]), slot, pose)
+        extras = tasks.extras_from_sensors(sensors, consts)
+        dense = tasks.dense_reward(vec, tid, jnp.zeros((batch, 4)), extras)
+        state = EnvState(phys=phys, ctrl=ctrl, sensors=sensors,
+                         consts=consts, vec=vec, dense=dense, distractor=slot.astype(jnp.int32), distractor_pose=pose,
+                         reset_vector=rand.astype(jnp.float32),
+                         t=jnp.zeros((batch,), jnp.int32), task=task, instruction=instruction.astype(jnp.int32),
+                         done=jnp.zeros((batch,), bool), success=jnp.zeros((batch,), bool))
+        return self.observation_batch(state, params), state
+
+    def reset_batch(self, keys: jax.Array, params: EnvParams) -> tuple[jax.Array, EnvState]:
+        """Resets B environments with uniformly drawn tasks: keys (B,) → obs (B, 91+E), state."""
+        key_task = jax.vmap(lambda k: jax.random.fold_in(k, 0x3E7A))(keys)
+        task = jax.vmap(lambda k: jax.random.randint(k, (), 0, params.num_tasks))(key_task)
+        return self.reset_to_task_batch(keys, params, task)
+
+    def step_batch(self, keys: jax.Array, state: EnvState, action: jax.Array, params: EnvParams
+                   ) -> tuple[jax.Array, EnvState, jax.Array, jax.Array, dict[str, jax.Array]]:
+        """Steps B environments.
+
+        Args:
+          keys: (B,) PRNG keys (the distractor's jitter).
+          state: batched :class:`EnvState`.
+          action: (B, 4) float.
+          params: the level's :class:`EnvParams`.
+        Returns: obs (B, 91+E), next state, reward (B,), done (B,), info {"success", "truncated"}.
+        """
+        batch = state.vec.shape[0]
+        action = jnp.asarray(action, jnp.float32)
+        chex.assert_shape(action, (batch, 4))
+        host = self.host
+        tid = params.goals[state.task, 0]
+        active = ~state.done
+
+        # Meta-World's mocap and gripper control, and the physics, on the host (float64, bit-exact state).
+        out_types = (jax.ShapeDtypeStruct(state.phys.shape, jnp.uint32),
+                     jax.ShapeDtypeStruct(state.ctrl.shape, jnp.uint32),
+                     jax.ShapeDtypeStruct((batch, SENSOR_DIM), jnp.float32))
+        phys, ctrl, sensors = jax.pure_callback(host._step_callback, out_types, state.phys, state.ctrl, action, tid,
+                                                active, vmap_method="broadcast_all")
+        keep = active[:, None]
+        sensors = jnp.where(keep, sensors, state.sensors)
+
+        jitter = jax.vmap(lambda k: jax.random.normal(k, (3,)))(keys) * DISTRACTOR_JITTER
+        pose = state.distractor_pose.at[:, :3].add(jitter)
+        vec = _with_distractor(tasks.state_from_sensors(sensors, tid, state.consts[:, 0:3]), state.distractor, pose)
+        vec = jnp.where(keep, vec, state.vec)
+        extras = tasks.extras_from_sensors(sensors, state.consts)
+        dense = jnp.where(active, tasks.dense_reward(vec, tid, action, extras), state.dense)
+        succeeded = tasks.success_from(vec, tid, extras) & active
+        reward = jnp.where(active, tasks.step_reward(state.dense, dense, succeeded), 0.0).astype(jnp.float32)
+        t = state.t + active.astype(jnp.int32)
+        done, success, info = self.episode_flags(state, succeeded, t, params)
+        next_state = state.replace(phys=phys, ctrl=ctrl, sensors=sensors,
+                                   vec=vec, dense=dense, t=t, done=done, success=success)
+        return self.observation_batch(next_state, params), next_state, reward, done, info
+
+    def extras(self, state: EnvState) -> tasks.Extras:
+        """The exact :class:`.tasks.Extras` of (batched) states."""
+        return tasks.extras_from_sensors(state.sensors, state.consts)
