@@ -35,6 +35,7 @@ from imaginejax.imaginer.kalm import (
     adapter_apply,
     build_corpus,
     build_task_batch,
+    decode_states,
     init_adapter_params,
     kalm_hidden,
     make_layout,
@@ -62,23 +63,32 @@ class WordTokenizer:
                                for w in text.split()])
 
 
-def make_imaginer(seed: int = 0, *, fixed_heads: bool = False, nan_states: bool = False) -> Imaginer:
+def make_imaginer(seed: int = 0, *, fixed_heads: bool = False, nan_states: bool = False,
+                  state_prediction: str = "absolute", state_bias: np.ndarray | None = None,
+                  normalizer: StateNormalizer | None = None, state_dim: int = clevr_tasks.STATE_DIM,
+                  num_actions: int = clevr_tasks.NUM_ACTIONS, fixed_action: int = FIXED_ACTION
+                  ) -> Imaginer:
+    """A 1-layer random imaginer. ``fixed_heads``: the state head outputs ``state_bias`` (default
+    FIXED_STATE, identity normaliser) whatever the input, the action head ``fixed_action``."""
     llama = LlamaConfig(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                         num_attention_heads=4, num_key_value_heads=2, initializer_range=0.1,
                         max_position_embeddings=512)
     base = init_params(llama, jax.random.key(seed))
     base, llama, (s_id, a_id) = add_placeholder_tokens(base, llama, 2)
-    config = KalmConfig(llama=llama, state_dim=clevr_tasks.STATE_DIM, discrete=True,
-                        num_actions=clevr_tasks.NUM_ACTIONS, state_token_id=s_id, action_token_id=a_id)
+    config = KalmConfig(llama=llama, state_dim=state_dim, discrete=True, num_actions=num_actions,
+                        state_token_id=s_id, action_token_id=a_id, state_prediction=state_prediction)
     adapter = init_adapter_params(jax.random.key(seed + 1), config, 0.1)
-    if fixed_heads:  # every predicted state is FIXED_STATE, every action FIXED_ACTION
-        adapter["state_out"] = {"kernel": jnp.zeros((32, 10)), "bias": jnp.asarray(FIXED_STATE)}
-        adapter["action_out"] = {"kernel": jnp.zeros((32, 40)),
-                                 "bias": jnp.zeros(40).at[FIXED_ACTION].set(5.0)}
+    if fixed_heads:
+        bias = FIXED_STATE if state_bias is None else state_bias
+        adapter["state_out"] = {"kernel": jnp.zeros((32, state_dim)), "bias": jnp.asarray(bias)}
+        adapter["action_out"] = {"kernel": jnp.zeros((32, num_actions)),
+                                 "bias": jnp.zeros(num_actions).at[fixed_action].set(5.0)}
     if nan_states:
-        adapter["state_out"] = dict(adapter["state_out"], bias=jnp.full((10,), jnp.nan, jnp.float32))
+        adapter["state_out"] = dict(adapter["state_out"],
+                                    bias=jnp.full((state_dim,), jnp.nan, jnp.float32))
     return Imaginer(config=config, params={"llama": base, "kalm": adapter},
-                    normalizer=StateNormalizer.identity(10), tokenizer=WordTokenizer(),
+                    normalizer=normalizer or StateNormalizer.identity(state_dim),
+                    tokenizer=WordTokenizer(),
                     text_format=FMT, layout=make_layout(FMT, 24, 4), preset="test-hand-built",
                     checkpoint_hash="0" * 64, step=0)
 
@@ -137,11 +147,14 @@ def test_generation_stops_at_success_and_writes_a_valid_dataset(rephrase: Any, t
     assert loaded.provenance["checkpoint_hash"] == "0" * 64
 
 
-def test_generation_matches_the_training_layout(rephrase: Any) -> None:
+@pytest.mark.parametrize("state_prediction", ["absolute", "delta"])
+def test_generation_matches_the_training_layout(rephrase: Any, state_prediction: str) -> None:
     """Feeding a generated rollout back as a rollout-task batch reproduces every generated action
-    and state from the heads at the previous positions (same prompt, positions and splice)."""
+    and state from the heads at the previous positions (same prompt, positions and splice; for the
+    delta head, the same base states)."""
     env, params = rephrase
-    imaginer = make_imaginer(seed=5)
+    normalizer = StateNormalizer(jnp.linspace(-0.2, 0.2, 10), jnp.linspace(0.2, 0.4, 10))
+    imaginer = make_imaginer(seed=5, state_prediction=state_prediction, normalizer=normalizer)
     config = imaginer.config
     instructions = env.instructions("rephrase")
     ids = np.array([0, 57, 410])
@@ -166,8 +179,9 @@ def test_generation_matches_the_training_layout(rephrase: Any) -> None:
     hidden = kalm_hidden(imaginer.params, config, batch, imaginer.normalizer)
     actions = np.asarray(jnp.argmax(adapter_apply(imaginer.params, config, "predict_action",
                                                   hidden), axis=-1))
-    states = np.asarray(imaginer.normalizer.denormalize(
-        adapter_apply(imaginer.params, config, "predict_state", hidden)))
+    states = np.asarray(decode_states(config, imaginer.normalizer,
+                                      adapter_apply(imaginer.params, config, "predict_state", hidden),
+                                      batch.state_bases, batch.state_base_mask))
     for row in range(3):
         a_pos = np.flatnonzero(batch.action_target_mask[row])
         s_pos = np.flatnonzero(batch.state_target_mask[row])[1:]  # skip the s0 target
@@ -221,3 +235,27 @@ def test_easy_level_is_one_step_with_push_success() -> None:
     np.testing.assert_array_equal(ds.terminals[:, 0], [True, True, False, False])
     np.testing.assert_array_equal(ds.rewards[:, 0], [1.0, 1.0, 0.0, 0.0])
     np.testing.assert_array_equal(ds.truncations[:, 0], [False, False, True, True])
+
+
+def test_delta_head_round_trip() -> None:
+    """A hand-set delta head that outputs n(FIXED) - n(s0) writes FIXED at the first step, as the
+    absolute head that outputs n(FIXED) does; then it keeps adding the same change:
+    s_t = s0 + t · (FIXED - s0)."""
+    normalizer = StateNormalizer(jnp.linspace(-0.1, 0.1, 10), jnp.linspace(0.3, 0.5, 10))
+    s0 = np.array([0.0, 0.6, 0.0, 0.0, 0.6, -0.2, -0.6, -0.2, 0.3, 0.5], np.float32)
+    z = lambda x: np.asarray(normalizer.normalize(jnp.asarray(x)))  # noqa: E731
+    absolute = make_imaginer(fixed_heads=True, normalizer=normalizer, state_bias=z(FIXED_STATE))
+    delta = make_imaginer(fixed_heads=True, normalizer=normalizer, state_prediction="delta",
+                          state_bias=z(FIXED_STATE) - z(s0))
+    never = lambda prev, action, nxt, goal: jnp.zeros(nxt.shape[:-1], bool)  # noqa: E731
+    reward = lambda prev, action, nxt, goal: jnp.zeros(nxt.shape[:-1])  # noqa: E731
+    outputs = []
+    for imaginer in (absolute, delta):
+        tokens, attention, states = rollout_prompts(FMT, imaginer.config, [[20, 21]], s0[None])
+        outputs.append(jax.device_get(generate_rollouts(
+            imaginer.params, imaginer.config, normalizer, tokens, attention, states, s0[None],
+            np.zeros((1, 11), np.int32), horizon=3, success_fn=never, reward_fn=reward)))
+    np.testing.assert_allclose(outputs[0].states[0, 1:], np.tile(FIXED_STATE, (3, 1)), atol=1e-5)
+    np.testing.assert_allclose(outputs[1].states[0, 1], outputs[0].states[0, 1], atol=1e-5)
+    want = s0 + np.arange(4)[:, None] * (FIXED_STATE - s0)
+    np.testing.assert_allclose(outputs[1].states[0], want, atol=1e-5)

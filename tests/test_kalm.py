@@ -20,12 +20,14 @@ from imaginejax.imaginer.kalm import (
     add_placeholder_tokens,
     build_corpus,
     build_task_batch,
+    decode_states,
     init_adapter_params,
     kalm_hidden,
     make_layout,
     rollout_prompts,
     sample_task_batches,
     splice_embeddings,
+    state_head_targets,
     task_loss,
 )
 from imaginejax.imaginer.llama import LlamaConfig, embed, forward, init_params
@@ -57,15 +59,15 @@ class StubTokenizer:
         return self._Encoding(self.table[text])
 
 
-def make_model(discrete: bool = True, tie: bool = False, seed: int = 0
-               ) -> tuple[KalmConfig, dict[str, Any]]:
+def make_model(discrete: bool = True, tie: bool = False, seed: int = 0,
+               state_prediction: str = "absolute") -> tuple[KalmConfig, dict[str, Any]]:
     llama = dataclasses.replace(LLAMA, tie_word_embeddings=tie)
     base = init_params(llama, jax.random.key(seed))
     base, llama, ids = add_placeholder_tokens(base, llama, 2)
     assert ids == (S_ID, A_ID)
     config = KalmConfig(llama=llama, state_dim=STATE_DIM, discrete=discrete,
                         num_actions=NUM_ACTIONS if discrete else 2, state_token_id=S_ID,
-                        action_token_id=A_ID)
+                        action_token_id=A_ID, state_prediction=state_prediction)
     adapter = init_adapter_params(jax.random.key(seed + 1), config, 0.3)
     return config, {"llama": base, "kalm": adapter}
 
@@ -336,3 +338,65 @@ def test_config_rejects_placeholders_outside_the_vocabulary() -> None:
     # embed() of the extended table reaches the placeholder rows (they exist, even if replaced).
     _, params = make_model()
     assert embed(params["llama"], config.llama, jnp.array([[S_ID, A_ID]])).shape == (1, 2, 16)
+
+
+# --------------------------------------------------------------------------------- delta head
+
+
+def test_batches_carry_the_state_each_target_follows(corpus: Any) -> None:
+    config, _ = make_model()
+    s = corpus.states[0]
+    rollout = build_task_batch("rollout", corpus, np.array([0]), FMT, make_layout(FMT, 2, 2), config)
+    # targets at 4 (s0: nothing before it), 6 (s1 follows s0), 8 (s2 follows s1)
+    assert np.flatnonzero(rollout.state_base_mask[0]).tolist() == [6, 8]
+    np.testing.assert_array_equal(rollout.state_bases[0, [6, 8]], s[:2])
+    dynamics = build_task_batch("dynamics", corpus, np.array([1]), FMT, make_layout(FMT, 2, 2), config)
+    assert np.flatnonzero(dynamics.state_base_mask[0]).tolist() == [3]
+    np.testing.assert_array_equal(dynamics.state_bases[0, 3], s[1])  # transition (0, 1): s1 -> s2
+    consequence = build_task_batch("consequence", corpus, np.array([0]), FMT, make_layout(FMT, 2, 2),
+                                   config)
+    np.testing.assert_array_equal(consequence.state_bases[0, 5], s[0])  # s_L follows s0
+    explanation = build_task_batch("explanation", corpus, np.array([0]), FMT, make_layout(FMT, 2, 2),
+                                   config)
+    assert not explanation.state_base_mask.any()
+
+
+@pytest.mark.parametrize("mode", ["absolute", "delta"])
+def test_head_targets_and_decoding_are_inverse(mode: str) -> None:
+    config, _ = make_model(state_prediction=mode)
+    norm = StateNormalizer(jnp.array([0.5, -1.0, 2.0]), jnp.array([2.0, 0.5, 4.0]))
+    rng = np.random.default_rng(1)
+    targets = rng.normal(size=(4, 6, STATE_DIM)).astype(np.float32)
+    bases = rng.normal(size=(4, 6, STATE_DIM)).astype(np.float32)
+    has_base = rng.random((4, 6)) < 0.7
+    head = np.asarray(state_head_targets(config, norm, targets, bases, has_base))
+    z = lambda x: (x - np.array([0.5, -1.0, 2.0])) / np.array([2.0, 0.5, 4.0])  # noqa: E731
+    if mode == "absolute":
+        np.testing.assert_allclose(head, z(targets), rtol=1e-5, atol=1e-6)
+    else:  # the change normalised by the state scale; absolute where there is no base
+        want = np.where(has_base[..., None], (targets - bases) / np.array([2.0, 0.5, 4.0]), z(targets))
+        np.testing.assert_allclose(head, want, rtol=1e-5, atol=1e-5)
+    decoded = np.asarray(decode_states(config, norm, jnp.asarray(head), bases, has_base))
+    np.testing.assert_allclose(decoded, targets, rtol=1e-5, atol=1e-5)
+
+
+def test_delta_loss_is_the_error_of_the_decoded_state(corpus: Any) -> None:
+    config, params = make_model(state_prediction="delta")
+    norm = StateNormalizer.from_datasets([hand_dataset()])
+    batch = build_task_batch("rollout", corpus, np.array([0, 1]), FMT, make_layout(FMT, 2, 2), config)
+    _, metrics = task_loss(params, config, batch, norm, ("state", "action"))
+    hidden = np.asarray(kalm_hidden(params, config, batch, norm))
+    head = jax.tree.map(np.asarray, params["kalm"]["state_out"])
+    mean, std = np.asarray(norm.mean), np.asarray(norm.std)
+    errors = []
+    for row, pos in zip(*np.nonzero(batch.state_target_mask)):
+        output = hidden[row, pos] @ head["kernel"] + head["bias"]
+        base = (batch.state_bases[row, pos] - mean) / std if batch.state_base_mask[row, pos] else 0.0
+        decoded = (output + base) * std + mean  # the absolute state the model predicts
+        errors.append(np.mean(((decoded - batch.state_targets[row, pos]) / std) ** 2))
+    np.testing.assert_allclose(metrics["state_mse"], np.mean(errors), rtol=1e-4)
+
+
+def test_config_rejects_an_unknown_state_prediction() -> None:
+    with pytest.raises(ValueError, match="state_prediction"):
+        make_model(state_prediction="relative")

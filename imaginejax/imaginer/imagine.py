@@ -9,7 +9,8 @@ jitted function (:func:`generate_rollouts`) with the KV cache:
     repeat for t = 0 .. H-1, while some row is still running:
         a_t     = argmax action_head(h)          (continuous: the regression output)
         h_a     = Llama([A a_t])                 (one cached decode step)
-        s_{t+1} = denormalise(state_head(h_a))
+        s_{t+1} = decode(state_head(h_a), s_t)   (absolute or delta head, kalm.decode_states)
+        s_{t+1} = project(s_{t+1})               (optional: onto the legal set, see below)
         stop the row if success(s_t, a_t, s_{t+1}, goal), or s_{t+1} is not finite
         h       = Llama([S s_{t+1}])             (one cached decode step)
 
@@ -17,7 +18,23 @@ jitted function (:func:`generate_rollouts`) with the KV cache:
 ``reward(s_t, a_t, s_{t+1}, goal)`` (plus an optional success bonus, default 0, so imaginary and real
 rewards agree). A row that produced a non-finite state is dropped, and counted: such a rollout is
 never written (:class:`ImaginationResult.num_dropped_nonfinite`, the provenance, a warning). Terminals
-mark success; a row that reaches ``H`` without success ends in a truncation.
+mark success; a row that reaches ``H`` without success ends in a truncation. An environment whose
+reward depends on the step index (BabyAI: ``reward(prev, action, next, goal, t, max_steps)``) gets
+``t`` = steps taken including this one.
+
+**Projection** (``imagine(..., project=...)``, on by default for every environment whose quality
+adapter has one): each generated state is replaced by the environment's projection onto its legal
+set (:attr:`~imaginejax.imaginer.quality.QualityAdapter.project`; CLEVR: balls clipped into the
+workbench and overlapping balls pushed apart) *before* the success check, the reward and being fed
+back, so the written rollout is exactly what the model continued from.
+
+**Quality** (``imagine(..., quality=...)``, on by default for every environment with a quality
+adapter): the written dataset's provenance carries
+``quality``, the :func:`~imaginejax.imaginer.quality.summarize` dict of
+:func:`~imaginejax.imaginer.quality.score_dataset` (goal consistency, transition error against the
+simulator, illegal-state rates), so every exported imaginary dataset says how good it is;
+:func:`write_imaginary_datasets` also writes ``<env>-imaginary-quality.json`` and ``.md`` for all levels
+next to the dataset directories.
 
 The environment supplies (see ARCHITECTURE.md "Contracts"): ``reset_to_task_batch``,
 ``state_vector``, ``goal_of``, ``instructions(level)``, the pure predicates ``success`` and
@@ -27,7 +44,10 @@ The environment supplies (see ARCHITECTURE.md "Contracts"): ``reset_to_task_batc
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import inspect
+import json
 import os
 import sys
 import time
@@ -48,12 +68,20 @@ from imaginejax.imaginer.kalm import (
     KalmConfig,
     StateNormalizer,
     adapter_apply,
+    decode_states,
     rollout_prompts,
     round_up_length,
     splice_embeddings,
     tokenize_instructions,
 )
 from imaginejax.imaginer.llama import Params, forward
+from imaginejax.imaginer.quality import (
+    quality_adapter,
+    registered_quality_adapters,
+    score_dataset,
+    summarize,
+    summary_markdown,
+)
 
 __all__ = ["GeneratedRollouts", "ImaginationError", "ImaginationResult", "generate_rollouts",
            "imagine", "rollouts_to_dataset", "write_imaginary_datasets"]
@@ -83,11 +111,14 @@ class GeneratedRollouts(NamedTuple):
     finite: Any
 
 
-@functools.partial(jax.jit, static_argnames=("config", "horizon", "success_fn", "reward_fn"))
+@functools.partial(jax.jit, static_argnames=("config", "horizon", "success_fn", "reward_fn",
+                                             "project_fn", "reward_uses_step"))
 def generate_rollouts(params: Params, config: KalmConfig, normalizer: StateNormalizer,
                       tokens: jax.Array, attention_mask: jax.Array, state_inputs: jax.Array,
                       initial_states: jax.Array, goals: jax.Array, *, horizon: int,
-                      success_fn: StatePredicate, reward_fn: StatePredicate) -> GeneratedRollouts:
+                      success_fn: StatePredicate, reward_fn: Callable[..., jax.Array],
+                      project_fn: Callable[[jax.Array], jax.Array] | None = None,
+                      reward_uses_step: bool = False) -> GeneratedRollouts:
     """Greedy, batched, KV-cached generation of state/action sequences (one compiled call).
 
     Args:
@@ -100,6 +131,9 @@ def generate_rollouts(params: Params, config: KalmConfig, normalizer: StateNorma
       goals: (B, G) goal vectors for the predicates.
       horizon: H, maximum steps (static).
       success_fn, reward_fn: the environment's pure ``success`` / ``reward`` (static).
+      project_fn: optional ``(B, S) -> (B, S)`` applied to every finite generated state (static).
+      reward_uses_step: call ``reward_fn(s, a, s', goal, t)`` with ``t`` (B,) int32 the steps taken
+        including this one (static; BabyAI's reward).
     Returns:
       :class:`GeneratedRollouts`.
     """
@@ -140,13 +174,19 @@ def generate_rollouts(params: Params, config: KalmConfig, normalizer: StateNorma
         action = (jnp.argmax(prediction, axis=-1).astype(jnp.int32) if config.discrete
                   else prediction)
         hidden_action, cache = decode(adapter_apply(params, config, "embed_action", action), cache)
-        following = normalizer.denormalize(adapter_apply(params, config, "predict_state",
-                                                          hidden_action))
+        following = decode_states(config, normalizer,
+                                  adapter_apply(params, config, "predict_state", hidden_action),
+                                  current)
         finite = jnp.all(jnp.isfinite(following), axis=-1)
         safe = jnp.where(finite[:, None], following, 0.0)
+        if project_fn is not None:
+            safe = project_fn(safe)
+            following = jnp.where(finite[:, None], safe, following)
         active = ~done
         succeeded = success_fn(current, action, safe, goals) & active & finite
-        reward = jnp.where(active & finite, reward_fn(current, action, safe, goals), 0.0)
+        step_reward = (reward_fn(current, action, safe, goals, jnp.full((batch,), t + 1, jnp.int32))
+                       if reward_uses_step else reward_fn(current, action, safe, goals))
+        reward = jnp.where(active & finite, step_reward, 0.0)
         keep = active.reshape((batch,) + (1,) * (action.ndim - 1))
         out = GeneratedRollouts(
             states=out.states.at[:, t + 1].set(jnp.where(active[:, None], following, 0.0)),
@@ -245,9 +285,30 @@ def _reset_fn(env: Any) -> Callable:
     return _RESET_CACHE[env]
 
 
+_REWARD_CACHE: dict[tuple[Any, int], Callable[..., jax.Array]] = {}
+
+
+def _reward_fn(env: Any, max_steps: int) -> tuple[Callable[..., jax.Array], bool]:
+    """The environment's reward as generation calls it, and whether it takes the step index.
+
+    A reward with a ``t`` parameter (BabyAI) is bound to ``max_steps`` (one object per pair, so the
+    jitted generation is not recompiled)."""
+    parameters = inspect.signature(env.reward).parameters
+    if "t" not in parameters:
+        return env.reward, False
+    cache_key = (env.reward, int(max_steps))
+    if cache_key not in _REWARD_CACHE:
+        if "max_steps" in parameters:
+            _REWARD_CACHE[cache_key] = functools.partial(env.reward, max_steps=int(max_steps))
+        else:
+            _REWARD_CACHE[cache_key] = env.reward
+    return _REWARD_CACHE[cache_key], True
+
+
 def imagine(imaginer: Imaginer, env: Any, env_params: Any, key: jax.Array, num_rollouts: int, *,
             task_indices: np.ndarray | None = None, chunk_size: int = 64, horizon: int | None = None,
-            success_bonus: float = 0.0, progress: bool = True) -> ImaginationResult:
+            success_bonus: float = 0.0, project: bool | None = None, quality: bool | None = None,
+            quality_threshold: float | None = None, progress: bool = True) -> ImaginationResult:
     """Generates ``num_rollouts`` imaginary rollouts for the level of ``env_params``.
 
     Args:
@@ -260,16 +321,37 @@ def imagine(imaginer: Imaginer, env: Any, env_params: Any, key: jax.Array, num_r
       chunk_size: rows per compiled call (the last chunk is padded and cut).
       horizon: step cap (default ``env_params.max_steps``).
       success_bonus: added to the reward of a successful step (default 0: the environment's reward).
+      project: project every generated state onto the legal set with the environment's quality
+        adapter's projection (:mod:`~imaginejax.imaginer.quality`). None (default): when the
+        environment has one; True: always (an error without one); False: never (the model's raw
+        states).
+      quality: score the rollouts against the simulator and store the summary in the provenance
+        (``provenance["quality"]``). None (default): when the environment has a registered quality
+        adapter (:func:`~imaginejax.imaginer.quality.registered_quality_adapters`); True: always
+        (an error without adapter); False: never.
+      quality_threshold: "exceeds dynamics" threshold (default: the adapter's).
       progress: print a line per chunk to stderr.
     Returns:
       :class:`ImaginationResult`; its dataset has ``source="imaginary"``, the level's instruction
-      table and embeddings, and provenance naming the model, preset and checkpoint hash.
+      table and embeddings, and provenance naming the model, preset, checkpoint hash, state
+      prediction, projection and (``quality``) the quality summary.
     """
     if num_rollouts < 1:
         raise ValueError(f"num_rollouts must be >= 1, got {num_rollouts}")
     config = imaginer.config
     if config.discrete != bool(env.discrete):
         raise ValueError("the imaginer and the environment disagree on discrete actions")
+    project_fn, project_name = None, None
+    if project is None:
+        project = (str(env.name) in registered_quality_adapters()
+                   and quality_adapter(str(env.name)).project is not None)
+    if project:
+        adapter = quality_adapter(str(env.name))
+        if adapter.project is None:
+            raise ValueError(f"project=True but environment {env.name!r} has no projection onto its "
+                             "legal set in its quality adapter; pass project=False")
+        project_fn, project_name = adapter.project, adapter.project_name
+    reward_fn, reward_uses_step = _reward_fn(env, int(env_params.max_steps))
     level = str(env_params.level)
     horizon = int(env_params.max_steps if horizon is None else horizon)
     instructions = tuple(env.instructions(level))
@@ -298,7 +380,8 @@ def imagine(imaginer: Imaginer, env: Any, env_params: Any, key: jax.Array, num_r
             imaginer.text_format, config, [table[int(i)] for i in ids], s0, width)
         out = generate_rollouts(imaginer.params, config, imaginer.normalizer, tokens, attention,
                                 state_inputs, s0, goals, horizon=horizon,
-                                success_fn=env.success, reward_fn=env.reward)
+                                success_fn=env.success, reward_fn=reward_fn,
+                                project_fn=project_fn, reward_uses_step=reward_uses_step)
         out = GeneratedRollouts(*(np.asarray(x)[: hi - lo] for x in jax.device_get(tuple(out))))
         parts.append(out)
         ids_parts.append(np.asarray(ids)[: hi - lo])
@@ -317,6 +400,7 @@ def imagine(imaginer: Imaginer, env: Any, env_params: Any, key: jax.Array, num_r
         "training_step": int(imaginer.step), "run_dir": imaginer.run_dir, "key": _key_data(key),
         "num_requested": int(num_rollouts), "horizon": horizon, "decoding": "greedy",
         "task_indices": "given" if task_indices is not None else "uniform",
+        "state_prediction": config.state_prediction, "projection": project_name,
         "seconds": round(seconds, 3), "jax_version": jax.__version__,
     }
     dataset, dropped = rollouts_to_dataset(
@@ -324,6 +408,11 @@ def imagine(imaginer: Imaginer, env: Any, env_params: Any, key: jax.Array, num_r
         instructions=instructions, instruction_embeddings=np.asarray(env_params.instruction_embeddings),
         env=str(env.name), level=level, discrete=bool(env.discrete), provenance=provenance,
         success_bonus=success_bonus, num_actions=getattr(env, "num_actions", None))
+    if quality is None:
+        quality = str(env.name) in registered_quality_adapters()
+    if quality:
+        summary = summarize(score_dataset(dataset, threshold=quality_threshold))
+        dataset = dataclasses.replace(dataset, provenance={**dataset.provenance, "quality": summary})
     if dropped:
         message = (f"imagine {env.name}/{level}: dropped {dropped} of {num_rollouts} rollouts with "
                    "non-finite generated states (never written)")
@@ -337,15 +426,47 @@ def write_imaginary_datasets(imaginer: Imaginer, env_name: str, out_root: str | 
                              overwrite: bool = False, **kwargs: Any) -> dict[str, Path]:
     """Generates and writes one imaginary dataset per level to ``out_root/<env>-<level>-imaginary``
     (atomic :func:`~imaginejax.data.io.save_dataset`). ``kwargs`` go to :func:`imagine`.
-    -> level -> dataset directory."""
+
+    With quality scoring on (the default where the environment has a quality adapter), every
+    dataset's manifest carries its quality summary (``provenance["quality"]``), and
+    ``out_root/<env>-imaginary-quality.json`` (``{"env", "levels": {level: summary}, "datasets":
+    {level: {"dir", "checkpoint_hash"}}}``) and ``.md`` (the table) are written atomically after the
+    last level; levels already in an existing file (written by an earlier call into the same
+    ``out_root``) are kept unless regenerated. -> level -> dataset directory."""
     from imaginejax.data.io import save_dataset
     from imaginejax.envs import make
+    from imaginejax.imaginer.finetune import _atomic_write_text
 
     written: dict[str, Path] = {}
+    summaries: dict[str, Any] = {}
     for index, level in enumerate(levels):
         env, params = make(env_name, level, embed=embed)
         result = imagine(imaginer, env, params, jax.random.fold_in(key, index), num_rollouts, **kwargs)
         written[level] = save_dataset(result.dataset,
                                       Path(out_root) / f"{env_name}-{level}-imaginary",
                                       overwrite=overwrite)
+        if "quality" in result.dataset.provenance:
+            summaries[level] = result.dataset.provenance["quality"]
+    if summaries:
+        root = Path(out_root)
+        path = root / f"{env_name}-imaginary-quality.json"
+        report: dict[str, Any] = {"env": env_name, "levels": {}, "datasets": {}}
+        if path.is_file():
+            try:
+                previous = json.loads(path.read_text(encoding="utf-8"))
+                if previous.get("env") == env_name:
+                    report["levels"].update(previous.get("levels", {}))
+                    report["datasets"].update(previous.get("datasets", {}))
+            except (OSError, ValueError):
+                pass  # an unreadable old report is replaced
+        report["levels"].update(summaries)
+        report["datasets"].update({level: {"dir": written[level].name,
+                                           "checkpoint_hash": imaginer.checkpoint_hash}
+                                   for level in summaries})
+        summaries = report["levels"]
+        _atomic_write_text(root / f"{env_name}-imaginary-quality.json",
+                           json.dumps(report, indent=2) + "\n")
+        _atomic_write_text(root / f"{env_name}-imaginary-quality.md",
+                           f"# Imaginary rollouts of {env_name}: quality\n\n"
+                           + summary_markdown(summaries))
     return written

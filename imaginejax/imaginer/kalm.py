@@ -10,6 +10,22 @@ hidden states back: a regression head for states (MSE on normalised states) and 
 for discrete actions (cross-entropy; MSE for continuous actions). The loss of one task is
 ``0.5 · state loss + 0.5 · action loss + token cross-entropy`` (text targets only).
 
+The state head predicts either the normalised state itself (``state_prediction="absolute"``, KALM's
+choice) or the normalised *change* from the state it follows (``"delta"``)::
+
+    absolute:  head(h) ≈ n(s')                 s' = n⁻¹(head(h))
+    delta:     head(h) ≈ n(s') - n(s_base)      s' = n⁻¹(head(h) + n(s_base))
+
+with ``n(s) = (s - mean) / std`` the :class:`StateNormalizer` and ``s_base`` the latest state placed
+in the sequence before the target (rollout: s_t for s_{t+1}; dynamics: s for s'; consequence: s0
+for s_L). A target with no earlier state (the rollout task's optional s0) is predicted absolutely in
+both modes. Since ``n(s') - n(s_base) = (s' - s_base) / std``, the delta target is the state change
+normalised by the state scale, and the state error is *the same quantity* in both modes (the
+prediction error of n(s')): losses and metrics compare directly. The delta form is a residual
+connection: a head at zero predicts "nothing moves", which is most of every CLEVR transition (one
+ball of five moves per push). :func:`state_head_targets` and :func:`decode_states` are the only
+places the two modes differ; training and generation both go through them.
+
 Every output is predicted from the *previous* position (causal next-item prediction): the hidden
 state at position ``p - 1`` predicts the item placed at ``p``.
 
@@ -55,7 +71,8 @@ __all__ = [
     "embedding_std", "layout_for_corpus",
     "splice_embeddings", "kalm_hidden", "task_loss", "multitask_loss", "make_text_format",
     "build_corpus", "make_layout", "build_task_batch", "sample_task_batches", "rollout_prompts",
-    "tokenize_instructions", "adapter_apply", "round_up_length",
+    "tokenize_instructions", "adapter_apply", "round_up_length", "STATE_PREDICTIONS",
+    "state_head_targets", "decode_states",
 ]
 
 TASKS: Final[tuple[str, ...]] = ("rollout", "dynamics", "consequence", "explanation")
@@ -70,6 +87,9 @@ TASK_TARGETS: Final[dict[str, tuple[str, ...]]] = {
 """Which loss terms each task has (static: the others are not computed)."""
 
 ROUND_LENGTH_TO: Final[int] = 8
+
+STATE_PREDICTIONS: Final[tuple[str, ...]] = ("absolute", "delta")
+"""What the state head predicts: the normalised state, or its normalised change (module doc)."""
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -87,6 +107,7 @@ class KalmConfig:
       num_actions: C (discrete) or A (continuous).
       state_token_id, action_token_id: the placeholder ids (see :func:`add_placeholder_tokens`).
       state_loss_weight, action_loss_weight, text_loss_weight: the loss mix (0.5, 0.5, 1.0).
+      state_prediction: ``"absolute"`` or ``"delta"`` (see the module docstring).
     """
 
     llama: LlamaConfig
@@ -98,8 +119,12 @@ class KalmConfig:
     state_loss_weight: float = 0.5
     action_loss_weight: float = 0.5
     text_loss_weight: float = 1.0
+    state_prediction: str = "absolute"
 
     def __post_init__(self) -> None:
+        if self.state_prediction not in STATE_PREDICTIONS:
+            raise ValueError(f"KalmConfig.state_prediction must be one of {STATE_PREDICTIONS}, got "
+                             f"{self.state_prediction!r}")
         for name in ("state_dim", "num_actions"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
@@ -318,6 +343,9 @@ class KalmBatch:
       action_inputs: (B, L) int32 or (B, L, A) float32 actions at action placeholders, 0 elsewhere.
       state_targets: (B, L, S) float32 raw state predicted from position p (the state at p + 1).
       state_target_mask: (B, L) bool.
+      state_bases: (B, L, S) float32 raw state each state target follows (the latest state input
+        at or before position p; used by ``state_prediction="delta"``), 0 elsewhere.
+      state_base_mask: (B, L) bool, the target at p has such a base state.
       action_targets: (B, L) int32 or (B, L, A) float32, the action at p + 1.
       action_target_mask: (B, L) bool.
       text_positions: (B, Lt) int32 positions whose hidden state predicts a text token.
@@ -336,6 +364,8 @@ class KalmBatch:
     text_positions: Any
     text_targets: Any
     text_mask: Any
+    state_bases: Any
+    state_base_mask: Any
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -361,6 +391,33 @@ def splice_embeddings(params: Params, config: KalmConfig, tokens: jax.Array, sta
                      jnp.where(is_action, actions.astype(dtype), token_embeds))
 
 
+def state_head_targets(config: KalmConfig, normalizer: StateNormalizer, targets: jax.Array,
+                       bases: jax.Array, has_base: jax.Array) -> jax.Array:
+    """What the state head should output for raw target states.
+
+    ``targets``, ``bases``: (..., S) raw; ``has_base``: (...) bool. -> (..., S): ``n(targets)``
+    (absolute, or a target without base) or ``n(targets) - n(bases)`` (delta).
+    """
+    normalized = normalizer.normalize(targets)
+    if config.state_prediction == "absolute":
+        return normalized
+    return normalized - jnp.where(has_base[..., None], normalizer.normalize(bases), 0.0)
+
+
+def decode_states(config: KalmConfig, normalizer: StateNormalizer, head_output: jax.Array,
+                  bases: jax.Array, has_base: jax.Array | bool = True) -> jax.Array:
+    """Raw states from the state head's output: the inverse of :func:`state_head_targets`.
+
+    ``head_output``: (..., S); ``bases``: (..., S) raw states the predictions follow; ``has_base``:
+    (...) bool or a Python bool. -> (..., S) raw states.
+    """
+    if config.state_prediction == "absolute":
+        return normalizer.denormalize(head_output)
+    has_base = jnp.broadcast_to(jnp.asarray(has_base, bool), head_output.shape[:-1])
+    return normalizer.denormalize(
+        head_output + jnp.where(has_base[..., None], normalizer.normalize(bases), 0.0))
+
+
 def kalm_hidden(params: Params, config: KalmConfig, batch: KalmBatch,
                 normalizer: StateNormalizer) -> jax.Array:
     """Final hidden states of the spliced batch: (B, L, D)."""
@@ -383,7 +440,8 @@ def task_loss(params: Params, config: KalmConfig, batch: KalmBatch, normalizer: 
 
     ``loss = state_w · state_mse + action_w · action_loss + text_w · text_ce`` over the terms named in
     ``targets`` (static; see :data:`TASK_TARGETS`). ``state_mse``: mean over target positions of the
-    per-dimension mean squared error of normalised states; ``action_loss``: cross-entropy (discrete,
+    per-dimension mean squared error of normalised states (the error of n(s') in both
+    ``state_prediction`` modes, see :func:`state_head_targets`); ``action_loss``: cross-entropy (discrete,
     with ``action_acc``) or MSE (continuous); ``text_ce``: token cross-entropy at the text slots
     (with ``text_acc``). -> (loss (), metrics dict of () arrays).
     """
@@ -392,7 +450,9 @@ def task_loss(params: Params, config: KalmConfig, batch: KalmBatch, normalizer: 
     loss = jnp.zeros((), jnp.float32)
     if "state" in targets:
         predicted = adapter_apply(params, config, "predict_state", hidden)
-        error = jnp.mean(jnp.square(predicted - normalizer.normalize(batch.state_targets)), axis=-1)
+        wanted = state_head_targets(config, normalizer, batch.state_targets, batch.state_bases,
+                                    batch.state_base_mask)
+        error = jnp.mean(jnp.square(predicted - wanted), axis=-1)
         metrics["state_mse"] = _masked_mean(error, batch.state_target_mask)
         loss = loss + config.state_loss_weight * metrics["state_mse"]
     if "action" in targets:
@@ -668,8 +728,11 @@ class _Rows:
         self.text_positions = np.zeros((rows, text_length), np.int32)
         self.text_targets = np.zeros((rows, text_length), np.int32)
         self.text_mask = np.zeros((rows, text_length), bool)
+        self.state_bases = np.zeros((rows, length, state_dim), np.float32)
+        self.state_base_mask = np.zeros((rows, length), bool)
         self.position = np.zeros(rows, np.int64)
         self.text_count = np.zeros(rows, np.int64)
+        self.last_state: list[np.ndarray | None] = [None] * rows
 
     def _next(self, row: int) -> int:
         pos = int(self.position[row])
@@ -699,6 +762,11 @@ class _Rows:
         if target:
             self.state_targets[row, pos - 1] = value
             self.state_target_mask[row, pos - 1] = True
+            base = self.last_state[row]
+            if base is not None:
+                self.state_bases[row, pos - 1] = base
+                self.state_base_mask[row, pos - 1] = True
+        self.last_state[row] = np.asarray(value, np.float32)
 
     def action(self, row: int, value: Any, token_id: int, *, target: bool = False) -> None:
         pos = self._next(row)
@@ -712,7 +780,7 @@ class _Rows:
         return KalmBatch(self.tokens, self.attention_mask, self.state_inputs, self.action_inputs,
                          self.state_targets, self.state_target_mask, self.action_targets,
                          self.action_target_mask, self.text_positions, self.text_targets,
-                         self.text_mask)
+                         self.text_mask, self.state_bases, self.state_base_mask)
 
 
 def _check_instruction(tokens: Sequence[int], layout: TaskLayout) -> None:

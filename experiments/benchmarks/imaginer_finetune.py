@@ -1,0 +1,350 @@
+"""Imaginer fine-tuning throughput: tokens/s of our training steps vs a PyTorch transformers step.
+
+    .venv/bin/python experiments/benchmarks/imaginer_finetune.py [--models tiny smollm2-135m]
+        [--modes full lora] [--batch 8] [--length 128] [--steps 3] [--ref-python .venv-ref/bin/python]
+
+For each backbone (the ``tiny`` preset's 4-layer Llama, and SmolLM2-135M's architecture) and each
+mode (full fine-tuning; LoRA rank 16 on q/k/v/o with everything else frozen), on one batch of
+``--batch`` rows × ``--length`` tokens:
+
+* **ours, LM step** — a plain causal-LM training step in JAX (our Flax Llama forward, full-vocabulary
+  cross-entropy at every position, backward, clip + AdamW as :func:`~imaginejax.imaginer.finetune.make_optimizer`;
+  LoRA merged into the kernels as in our fine-tuning): the same computation as the PyTorch step;
+* **PyTorch, LM step** — transformers' ``LlamaForCausalLM(config)`` (SDPA attention), ``loss =
+  model(input_ids, labels=input_ids).loss``, backward, ``clip_grad_norm_(1.0)``, ``AdamW``; LoRA as
+  rank-16 adapters added to the same four projections (base frozen, the usual unmerged form). Run
+  in the reference interpreter as a subprocess after our measurements (never sharing the CPU);
+* **ours, KALM step** — what our fine-tuning actually runs (:func:`~imaginejax.imaginer.finetune.make_train_step`)
+  on a rollout-task batch of the same shape built by the real batch builder (states and actions
+  spliced at placeholders, regression/classification heads, no full-vocabulary logits), for
+  context: it is cheaper than an LM step because only text targets need the LM head.
+
+Weights are random with the exact configuration (SmolLM2's read from its GGUF metadata): the speed
+of a step does not depend on their values. tokens/s = real tokens per step / seconds per step (best
+of ``--steps`` timed steps after one warm-up step, which for us includes compilation). Writes
+``results/benchmarks/imaginer_finetune.{json,md}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+RESULTS = REPO_ROOT / "results" / "benchmarks"
+LORA_RANK, LORA_ALPHA = 16, 16.0
+LEARNING_RATE = 1e-4
+
+
+def _best_step_seconds(step: Callable[[], Any], steps: int) -> tuple[float, float]:
+    """(seconds of the warm-up call, best of ``steps`` further calls)."""
+    start = time.perf_counter()
+    step()
+    warmup = time.perf_counter() - start
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    return warmup, min(times)
+
+
+# ------------------------------------------------------------------------------------------- ours
+
+
+def _architecture(model: str) -> dict[str, Any]:
+    """LlamaConfig fields (without the vocabulary) of the ``tiny`` preset or of SmolLM2-135M."""
+    from imaginejax.imaginer.finetune import TINY_ARCHITECTURE
+    from imaginejax.imaginer.loading import load_gguf_config, smollm2_gguf_path
+
+    if model == "tiny":
+        return dict(TINY_ARCHITECTURE)
+    config = load_gguf_config(smollm2_gguf_path())
+    fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+    for name in ("vocab_size", "bos_token_id", "eos_token_ids", "pad_token_id"):
+        fields.pop(name)
+    return fields
+
+
+def _kalm_rollout_batch(base: Any, config: Any, batch: int, length: int) -> Any:
+    """A rollout-task batch of ``batch`` rows built by the real builder, padded length == ``length``."""
+    import numpy as np
+
+    from imaginejax.data.types import TrajectoryDataset
+    from imaginejax.imaginer.kalm import build_corpus, build_task_batch, layout_for_corpus
+
+    instruction = "Move the red ball behind the blue ball."
+    fixed = len(base.text_format.prefix("rollout")) + len(base.text_format.separator) + 1
+    words = len(base.tokenizer.encode(instruction, add_special_tokens=False).ids)
+    steps = (length - fixed - words) // 2
+    rng = np.random.default_rng(0)
+    states = rng.normal(size=(batch, steps + 1, config.state_dim)).astype(np.float32)
+    actions = rng.integers(0, config.num_actions, size=(batch, steps)).astype(np.int32)
+    mask = np.ones((batch, steps), bool)
+    ends = np.zeros((batch, steps), bool)
+    ends[:, -1] = True
+    ds = TrajectoryDataset(
+        states=states, actions=actions, rewards=np.zeros((batch, steps), np.float32), mask=mask,
+        terminals=np.zeros_like(ends), truncations=ends, instruction_ids=np.zeros(batch, np.int32),
+        goals=np.zeros((batch, 1), np.int32), instructions=(instruction,),
+        instruction_embeddings=np.zeros((1, 0), np.float32), env="clevr", level="train",
+        source="real", discrete=True)
+    corpus = build_corpus([ds], base.tokenizer)
+    layout = layout_for_corpus(base.text_format, corpus, predict_initial_state=False)
+    out = build_task_batch("rollout", corpus, np.arange(batch), base.text_format, layout, config)
+    if out.tokens.shape[1] != length:
+        raise SystemExit(f"--length {length} does not fit the rollout layout (got "
+                         f"{out.tokens.shape[1]}); use a multiple of 8 >= 32")
+    return ds, out
+
+
+def run_ours(model: str, mode: str, batch: int, length: int, steps: int) -> dict[str, Any]:
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    import optax
+
+    from imaginejax.imaginer import lora as lora_lib
+    from imaginejax.imaginer.finetune import (
+        TrainState,
+        _initial_trainable,
+        build_base_model,
+        get_preset,
+        make_optimizer,
+        make_train_step,
+    )
+    from imaginejax.imaginer.kalm import KalmConfig, StateNormalizer, embedding_std
+    from imaginejax.imaginer.llama import forward, init_params
+
+    lora_rank = LORA_RANK if mode == "lora" else 0
+    preset = get_preset("tiny", architecture=_architecture(model), learning_rate=LEARNING_RATE,
+                        lora_rank=lora_rank, lora_alpha=LORA_ALPHA, num_steps=1000, warmup_steps=0)
+    base = build_base_model(preset, jax.random.key(0))
+    config = KalmConfig(llama=base.config, state_dim=10, discrete=True, num_actions=40,
+                        state_token_id=base.placeholders[0], action_token_id=base.placeholders[1])
+    ds, kalm_batch = _kalm_rollout_batch(base, config, batch, length)
+    scale = lora_lib.lora_scale(lora_rank, LORA_ALPHA) if lora_rank else None
+    optimizer = make_optimizer(preset, preset.num_steps)
+    result: dict[str, Any] = {"parameters": int(sum(x.size for x in jax.tree.leaves(base.params)))}
+
+    # KALM step (what fine-tuning runs).
+    trainable, frozen = _initial_trainable(preset, base.params, config, jax.random.key(1),
+                                           embedding_std(base.params))
+    state = jax.device_put(TrainState(jnp.zeros((), jnp.int32), trainable, optimizer.init(trainable)))
+    kalm_step = make_train_step(config, optimizer, scale)
+    normalizer = StateNormalizer.from_datasets([ds])
+    holder = {"state": state}
+
+    def run_kalm() -> None:
+        holder["state"], metrics = kalm_step(holder["state"], frozen, {"rollout": kalm_batch}, normalizer)
+        jax.block_until_ready(metrics["loss"])
+
+    warm, best = _best_step_seconds(run_kalm, steps)
+    tokens = int(kalm_batch.attention_mask.sum())
+    result["kalm"] = {"tokens": tokens, "seconds": best, "tokens_per_s": tokens / best,
+                      "first_step_seconds": warm}
+    del holder, state, trainable
+
+    # Plain causal-LM step (the PyTorch comparison).
+    llama_config = dataclasses.replace(base.config, vocab_size=base.config.vocab_size - 2)
+    llama = jax.jit(init_params, static_argnums=0)(llama_config, jax.random.key(2))
+    if lora_rank:
+        lm_trainable = lora_lib.init_lora(jax.random.key(3), llama, llama_config, lora_rank)
+        lm_frozen = llama
+    else:
+        lm_trainable, lm_frozen = llama, None
+
+    def lm_loss(trainable: Any, frozen: Any, ids: jax.Array) -> jax.Array:
+        params = lora_lib.merge_lora(frozen, trainable, scale) if frozen is not None else trainable
+        logits = forward(params, llama_config, ids).logits
+        return optax.softmax_cross_entropy_with_integer_labels(logits[:, :-1], ids[:, 1:]).mean()
+
+    @jax.jit
+    def lm_step(trainable: Any, opt_state: Any, frozen: Any, ids: jax.Array) -> tuple[Any, Any, Any]:
+        loss, grads = jax.value_and_grad(lm_loss)(trainable, frozen, ids)
+        updates, opt_state = optimizer.update(grads, opt_state, trainable)
+        return optax.apply_updates(trainable, updates), opt_state, loss
+
+    ids = jnp.asarray(np.random.default_rng(4).integers(0, llama_config.vocab_size, size=(batch, length)),
+                      jnp.int32)
+    lm_holder = {"trainable": lm_trainable, "opt": optimizer.init(lm_trainable)}
+
+    def run_lm() -> None:
+        lm_holder["trainable"], lm_holder["opt"], loss = lm_step(lm_holder["trainable"], lm_holder["opt"],
+                                                                 lm_frozen, ids)
+        jax.block_until_ready(loss)
+
+    warm, best = _best_step_seconds(run_lm, steps)
+    result["lm"] = {"tokens": batch * length, "seconds": best, "tokens_per_s": batch * length / best,
+                    "first_step_seconds": warm}
+    result["hf_config"] = llama_config.to_hf()
+    result["trainable_parameters"] = int(sum(x.size for x in jax.tree.leaves(lm_trainable)))
+    return result
+
+
+# ------------------------------------------------------------------------------- PyTorch worker
+
+
+def torch_worker(spec_path: Path, out_path: Path) -> None:
+    """Runs in the reference interpreter: one causal-LM training step per case, timed."""
+    import torch
+    import transformers
+
+    transformers.utils.logging.set_verbosity_error()
+    spec = json.loads(spec_path.read_text(encoding="utf-8"))
+
+    class LoRALinear(torch.nn.Module):
+        """``base(x) + scale · (x a) b`` with ``a`` random, ``b`` zero, the base frozen."""
+
+        def __init__(self, base: torch.nn.Linear, rank: int, alpha: float) -> None:
+            super().__init__()
+            self.base = base
+            self.a = torch.nn.Parameter(torch.randn(base.in_features, rank) / base.in_features ** 0.5)
+            self.b = torch.nn.Parameter(torch.zeros(rank, base.out_features))
+            self.scale = alpha / rank
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.base(x) + self.scale * (x @ self.a) @ self.b
+
+    results = []
+    for case in spec["cases"]:
+        torch.manual_seed(0)
+        config = transformers.LlamaConfig(**case["hf_config"])
+        model = transformers.LlamaForCausalLM(config).float().train()
+        if case["lora_rank"]:
+            for parameter in model.parameters():
+                parameter.requires_grad_(False)
+            for layer in model.model.layers:
+                attention = layer.self_attn
+                for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
+                    setattr(attention, name, LoRALinear(getattr(attention, name), case["lora_rank"],
+                                                        case["lora_alpha"]))
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW(trainable, lr=case["learning_rate"], betas=(0.9, case["adam_b2"]),
+                                      weight_decay=0.01)
+        ids = torch.randint(0, config.vocab_size, (case["batch"], case["length"]),
+                            generator=torch.Generator().manual_seed(4))
+
+        def step() -> None:
+            loss = model(input_ids=ids, labels=ids).loss
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(trainable, 1.0)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+
+        warm, best = _best_step_seconds(step, case["steps"])
+        tokens = case["batch"] * case["length"]
+        results.append({"name": case["name"], "tokens": tokens, "seconds": best,
+                        "tokens_per_s": tokens / best, "first_step_seconds": warm,
+                        "trainable_parameters": sum(p.numel() for p in trainable),
+                        "attention": model.config._attn_implementation})
+        del model, optimizer
+    out_path.write_text(json.dumps({
+        "results": results,
+        "versions": f"torch {torch.__version__} ({torch.get_num_threads()} threads), "
+                    f"transformers {transformers.__version__}"}), encoding="utf-8")
+
+
+def run_torch(ref_python: Path, cases: list[dict[str, Any]]) -> dict[str, Any] | None:
+    if not ref_python.exists():
+        print(f"no reference interpreter at {ref_python}: PyTorch side skipped", flush=True)
+        return None
+    with tempfile.TemporaryDirectory() as work:
+        spec, out = Path(work) / "spec.json", Path(work) / "out.json"
+        spec.write_text(json.dumps({"cases": cases}))
+        subprocess.run([str(ref_python), __file__, "--torch-worker", str(spec), str(out)], check=True)
+        return json.loads(out.read_text(encoding="utf-8"))
+
+
+# ------------------------------------------------------------------------------------------ main
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", default=["tiny", "smollm2-135m"],
+                        choices=["tiny", "smollm2-135m"])
+    parser.add_argument("--modes", nargs="+", default=["full", "lora"], choices=["full", "lora"])
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--length", type=int, default=128)
+    parser.add_argument("--steps", type=int, default=3)
+    default_ref = os.environ.get("IMAGINEJAX_REF_PYTHON") or str(REPO_ROOT / ".venv-ref" / "bin" / "python")
+    parser.add_argument("--ref-python", type=Path, default=Path(default_ref))
+    parser.add_argument("--torch-worker", nargs=2, type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.torch_worker:
+        torch_worker(*args.torch_worker)
+        return
+    import jax
+
+    from imaginejax.imaginer.finetune import get_preset
+
+    ours: dict[str, dict[str, Any]] = {}
+    cases = []
+    for model in args.models:
+        for mode in args.modes:
+            name = f"{model} {mode}"
+            ours[name] = run_ours(model, mode, args.batch, args.length, args.steps)
+            print(f"ours  {name}: LM step {ours[name]['lm']['tokens_per_s']:8.0f} tokens/s, KALM step "
+                  f"{ours[name]['kalm']['tokens_per_s']:8.0f} tokens/s", flush=True)
+            cases.append({"name": name, "hf_config": ours[name]["hf_config"], "batch": args.batch,
+                          "length": args.length, "steps": args.steps,
+                          "lora_rank": LORA_RANK if mode == "lora" else 0, "lora_alpha": LORA_ALPHA,
+                          "learning_rate": LEARNING_RATE, "adam_b2": get_preset("tiny").adam_b2})
+    reference = run_torch(args.ref_python, cases)
+    theirs = {row["name"]: row for row in reference["results"]} if reference else {}
+    rows = []
+    for name, mine in ours.items():
+        other = theirs.get(name)
+        rows.append({
+            "case": name, "parameters": mine["parameters"],
+            "trainable_parameters": mine["trainable_parameters"],
+            "ours_lm_tokens_per_s": mine["lm"]["tokens_per_s"],
+            "ours_lm_first_step_seconds": mine["lm"]["first_step_seconds"],
+            "torch_lm_tokens_per_s": other["tokens_per_s"] if other else None,
+            "ratio_lm": mine["lm"]["tokens_per_s"] / other["tokens_per_s"] if other else None,
+            "ours_kalm_tokens_per_s": mine["kalm"]["tokens_per_s"],
+            "ours_kalm_first_step_seconds": mine["kalm"]["first_step_seconds"],
+            "torch_trainable_parameters": other["trainable_parameters"] if other else None})
+        if other:
+            print(f"torch {name}: LM step {other['tokens_per_s']:8.0f} tokens/s", flush=True)
+    machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs"
+    record = {"benchmark": "imaginer_finetune", "batch": args.batch, "length": args.length,
+              "lora_rank": LORA_RANK, "machine": machine, "jax": jax.__version__,
+              "torch": reference["versions"] if reference else None,
+              "command": " ".join([Path(sys.executable).name] + sys.argv), "rows": rows}
+    fmt = lambda v, spec=".0f": "n/a" if v is None else format(v, spec)  # noqa: E731
+    lines = [
+        "# Imaginer fine-tuning: training-step tokens/s",
+        "",
+        f"Batch {args.batch} × {args.length} tokens, float32, best of {args.steps} steps after a "
+        f"warm-up; LoRA rank {LORA_RANK} on q/k/v/o. jax {jax.__version__} vs "
+        f"{record['torch'] or 'no PyTorch reference'}; {machine}.",
+        "",
+        "| case | trainable params | ours, LM step (tokens/s) | PyTorch LM step (tokens/s) | ours / PyTorch | ours, KALM step (tokens/s) | our first step (s, incl. compile) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        lines.append(f"| {row['case']} | {row['trainable_parameters']:,} | {fmt(row['ours_lm_tokens_per_s'])} | "
+                     f"{fmt(row['torch_lm_tokens_per_s'])} | {fmt(row['ratio_lm'], '.2f')} | "
+                     f"{fmt(row['ours_kalm_tokens_per_s'])} | {row['ours_lm_first_step_seconds']:.1f} |")
+    lines += ["", "LM step: causal-LM cross-entropy over the full vocabulary at every position (the same "
+              "computation on both sides). KALM step: our fine-tuning's rollout-task step on the same "
+              "batch shape (heads instead of full-vocabulary logits).", "",
+              f"Command: `{record['command']}`", ""]
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "imaginer_finetune.json").write_text(json.dumps(record, indent=2) + "\n")
+    (RESULTS / "imaginer_finetune.md").write_text("\n".join(lines))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
