@@ -10,7 +10,7 @@ PY_REF    := $(shell sh tools/find_python.sh ref)
 PIP_FLAGS := --quiet --disable-pip-version-check
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-fast bench setup setup-ref clean
+.PHONY: demo test test-fast bench bench-algos setup setup-ref setup-bench clean
 
 $(VENV)/.installed: pyproject.toml Makefile
 	test -x $(VENV)/bin/python || $(PY_MAIN) -m venv $(VENV)
@@ -41,8 +41,15 @@ $(MW_VENV)/.installed: Makefile
 	$(MW_VENV)/bin/pip install $(PIP_FLAGS) metaworld==3.1.1 packaging
 	touch $@
 
+# Benchmark-only: d3rlpy (PyTorch) in the reference env, the alternative our algorithm throughput is
+# measured against (experiments/benchmarks/algo_updates.py). torch stays pinned to the local CPU build.
+$(REF_VENV)/.bench-installed: $(REF_VENV)/.installed
+	$(REF_VENV)/bin/pip install $(PIP_FLAGS) "d3rlpy==2.8.1" "torch==2.13.0"
+	touch $@
+
 setup: $(VENV)/.installed
 setup-ref: $(REF_VENV)/.installed
+setup-bench: $(REF_VENV)/.bench-installed
 
 demo: $(VENV)/.installed
 	$(VENV)/bin/python -m imaginejax.demo
@@ -57,6 +64,9 @@ test-fast: $(VENV)/.installed
 
 bench: $(VENV)/.installed
 	$(VENV)/bin/python experiments/benchmarks/clevr_env_steps.py
+
+bench-algos: $(VENV)/.installed $(REF_VENV)/.bench-installed
+	IMAGINEJAX_REF_PYTHON=$(abspath $(REF_VENV))/bin/python $(VENV)/bin/python experiments/benchmarks/algo_updates.py
 
 clean:
 	rm -rf $(VENV) $(REF_VENV) $(MW_VENV)
