@@ -69,7 +69,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib
 import json
 import math
 import os
@@ -212,19 +211,10 @@ Binder = Callable[[Any, Transitions, Transitions], Any]
 
 
 def dataset_binder(name: str, algo: Algorithm) -> Binder | None:
-    """How an algorithm that searches the datasets (PRDC) gets them into ``hp`` inside the compiled call.
-
-    The algorithm record's ``bind_data`` when it has one (the engine hook planned for it), else the
-    ``bind_datasets(hp, real, imag)`` function of ``imaginejax.algos.<name>`` (PRDC's today), else None.
-    """
-    hook = getattr(algo, "bind_data", None)
-    if callable(hook):
-        return hook
-    try:
-        module = importlib.import_module(f"imaginejax.algos.{name}")
-    except ImportError:
-        return None
-    return getattr(module, "bind_datasets", None)
+    """How an algorithm that reads the datasets itself (PRDC) gets them inside the compiled call: its
+    record's ``bind_data`` hook, exactly as the engine applies it (None for the others)."""
+    del name
+    return algo.bind_data
 
 
 def engine_step(algo: Algorithm, batch_size: int, bind: Binder | None = None) -> Callable:
