@@ -1,30 +1,244 @@
-"""The ``imaginejax`` command. Subcommands: ``demo`` (the main job on the embedded default) and
-``report`` (the statistics table of a sweep's run directory)."""
+"""The ``imaginejax`` command.
+
+Subcommands:
+
+* ``demo`` — the CLEVR-Robot BC demo (:mod:`imaginejax.demo`);
+* ``collect`` — expert trajectories of one level into a dataset directory;
+* ``imagine`` — fine-tune an imaginer on real data and write imaginary datasets per novel level;
+* ``train`` — an algorithm's sweep (seeds × hyperparameters × ratios) on real (+ imaginary) data,
+  evaluated on every level, resumable (re-running the same command continues);
+* ``bench`` — the whole protocol: data, imaginary data, every registered algorithm for the action space,
+  every level, several seeds → markdown table and figures;
+* ``report`` — the statistics table (and figures) of a sweep or workspace directory.
+
+``imagine``, ``train`` and ``bench`` read a typed configuration (:mod:`imaginejax.config`) from a preset
+(``--preset clevr-quick``; presets live in ``experiments/presets``) or a TOML file (``--config``), with
+``--set key=value`` overrides; ``imaginejax <command> --help`` lists every key.
+"""
 
 from __future__ import annotations
 
+import argparse
+import json
 import sys
+from pathlib import Path
+from typing import Callable
+
+from imaginejax.config import ConfigError, available_presets, describe, load_config
+
+
+def _log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _default_out(kind: str, name: str) -> Path:
+    from imaginejax.paths import cache_root
+
+    return cache_root() / kind / (name or "custom")
+
+
+def _config_options(parser: argparse.ArgumentParser) -> None:
+    """--preset, --config, --set (shared by imagine, train, bench)."""
+    group = parser.add_argument_group("configuration (see the keys below)")
+    group.add_argument("--preset", default="clevr-quick",
+                       help=f"preset name in experiments/presets ({', '.join(available_presets())}) or a path "
+                            "to a .toml file (default: clevr-quick)")
+    group.add_argument("--config", dest="config_file", default=None, metavar="FILE",
+                       help="a TOML file applied on top of the preset")
+    group.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                       help="override one key, e.g. --set train.updates=2000 --set train.ratios=[0,0.5] "
+                            "(values are TOML; repeatable)")
+
+
+def _keys_epilog() -> str:
+    return ("configuration keys (--set KEY=VALUE; presets are TOML files with these sections):\n"
+            + describe())
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    formatter = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(prog="imaginejax", formatter_class=formatter,
+                                     description="ImagineJAX: offline RL from real and imaginary rollouts, in JAX.")
+    sub = parser.add_subparsers(dest="command", metavar="<command>")
+
+    sub.add_parser("demo", add_help=False, help="the CLEVR-Robot BC demo (imaginejax demo --help)")
+
+    p = sub.add_parser("collect", formatter_class=formatter, help="expert trajectories of one level -> a dataset",
+                       description="Collects trajectories of one level with the environment's scripted expert "
+                                   "and writes them (atomically) as a dataset directory. Re-running with the "
+                                   "same arguments reads the existing dataset instead of collecting again.")
+    p.add_argument("--env", default="clevr", help="environment registry name (default: clevr)")
+    p.add_argument("--level", default="train", help="task level: train, rephrase, easy or hard (default: train)")
+    p.add_argument("--episodes", type=int, required=True, help="number of trajectories to collect")
+    p.add_argument("--out", type=Path, required=True, help="dataset directory to write")
+    p.add_argument("--epsilon", type=float, default=0.1, help="the expert's random-action probability (default 0.1)")
+    p.add_argument("--seed", type=int, default=0, help="collection seed (default 0)")
+    p.add_argument("--no-embed", action="store_true",
+                   help="do not embed instructions (E = 0: observations are the bare state)")
+    p.add_argument("--overwrite", action="store_true", help="replace a different dataset already at --out")
+
+    p = sub.add_parser("imagine", formatter_class=formatter, epilog=_keys_epilog(),
+                       help="fine-tune an imaginer on real data, write imaginary datasets per level",
+                       description="Fine-tunes the imaginer preset (imagine.preset, imagine.finetune) on real "
+                                   "data and writes imaginary datasets for the novel levels (imagine.levels) "
+                                   "to --out/<env>-<level>-imaginary; the fine-tuning run is --out/imaginer "
+                                   "and resumes from its checkpoints.")
+    _config_options(p)
+    p.add_argument("--real", type=Path, action="append", default=[], metavar="DIR",
+                   help="real dataset directory (repeatable; default: collect data.episodes expert trajectories)")
+    p.add_argument("--out", type=Path, required=True, help="output directory")
+
+    help_train = ("train algorithms: a sweep over seeds × hyperparameters × ratios, every level evaluated, "
+                  "resumable")
+    p = sub.add_parser("train", formatter_class=formatter, epilog=_keys_epilog(), help=help_train,
+                       description=help_train[0].upper() + help_train[1:] + ". Runs live in --out/runs/<algo> "
+                       "(sweep.json, metrics.jsonl/csv, train.log, checkpoints/); re-running the same command "
+                       "continues from the checkpoints.")
+    _config_options(p)
+    p.add_argument("--algo", action="append", default=[], metavar="NAME",
+                   help="algorithm to train (repeatable; shortcut for --set train.algos=[...]; default: "
+                        "train.algos, or every registered algorithm for the action space)")
+    p.add_argument("--real", type=Path, action="append", default=[], metavar="DIR",
+                   help="real dataset directory (repeatable; default: the configuration's expert data, cached)")
+    p.add_argument("--imaginary", type=Path, action="append", default=[], metavar="DIR",
+                   help="imaginary dataset directory (repeatable; default: produced per imagine.source)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="workspace directory (default: $IMAGINEJAX_HOME/train/<preset>)")
+
+    help_bench = "the whole protocol: data, imaginary data, all algorithms, every level -> table + figures"
+    p = sub.add_parser("bench", formatter_class=formatter, epilog=_keys_epilog(), help=help_bench,
+                       description="Runs the whole protocol: real expert data, imaginary data, every registered "
+                                   "algorithm for the environment's action space (or train.algos), every level, "
+                                   "train.seeds seeds; then writes results.md (IQM with bootstrap 95 % "
+                                   "intervals) and figures/. Re-running the same command continues.")
+    _config_options(p)
+    p.add_argument("--env", default=None, help="shortcut for --set data.env=ENV")
+    p.add_argument("--out", type=Path, default=None,
+                   help="workspace directory (default: $IMAGINEJAX_HOME/bench/<preset>)")
+
+    p = sub.add_parser("report", formatter_class=formatter,
+                       help="results table and figures of a sweep or workspace directory",
+                       description="IQM / mean over seeds with stratified-bootstrap 95 % intervals of every "
+                                   "configuration of a sweep (RUN_DIR/sweep.json) or of every sweep of a "
+                                   "workspace (RUN_DIR/runs/*/sweep.json); writes RUN_DIR/results.md and, "
+                                   "unless --no-figures, RUN_DIR/figures/ (learning curves per level and "
+                                   "per-level bar charts as PNG, with their data as CSV).")
+    p.add_argument("run_dir", type=Path, help="a sweep's run directory or a workspace of train / bench")
+    p.add_argument("--statistic", choices=("iqm", "mean"), default="iqm",
+                   help="point estimate over seeds (default: interquartile mean)")
+    p.add_argument("--reps", type=int, default=2000, help="bootstrap replicates for the 95%% intervals")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (intervals are reproducible)")
+    p.add_argument("--no-figures", action="store_true", help="only the table")
+    p.add_argument("--out", type=Path, default=None, help="also write the table to this file")
+    return parser
+
+
+def _config(args: argparse.Namespace, extra: list[str] | None = None):
+    return load_config(args.preset, list(args.overrides) + list(extra or []), config_file=args.config_file)
+
+
+def _collect(args: argparse.Namespace) -> int:
+    from imaginejax.bench import expert_dataset
+    from imaginejax.envs import ENV_LEVELS, registered
+
+    if args.env not in registered():
+        raise ConfigError(f"--env: unknown environment {args.env!r}; valid: {', '.join(registered())}")
+    if args.level not in ENV_LEVELS[args.env]:
+        raise ConfigError(f"--level: unknown level {args.level!r} of {args.env}; valid: {', '.join(ENV_LEVELS[args.env])}")
+    if args.episodes < 1:
+        raise ConfigError(f"--episodes must be >= 1, got {args.episodes}")
+    if not 0.0 <= args.epsilon <= 1.0:
+        raise ConfigError(f"--epsilon must be in [0, 1], got {args.epsilon}")
+    ds = expert_dataset(args.env, args.level, args.episodes, args.seed, args.epsilon, args.out,
+                        embed=not args.no_embed, overwrite=args.overwrite, log=_log)
+    print(f"{args.out}: {ds.num_trajectories} trajectories, {ds.num_transitions} steps, "
+          f"{ds.terminals.any(1).mean():.1%} successful")
+    return 0
+
+
+def _imagine(args: argparse.Namespace) -> int:
+    from imaginejax.bench import imagine_datasets, load_datasets, real_data
+
+    config = _config(args)
+    if config.imagine.source != "imaginer":
+        raise ConfigError(f"imagine needs imagine.source = 'imaginer' (the preset says {config.imagine.source!r}): "
+                          "pass --set imagine.source=imaginer")
+    real = load_datasets(args.real, "real", config.data.env) if args.real else real_data(config, _log)
+    datasets = imagine_datasets(config, real, args.out, _log)
+    for ds in datasets:
+        print(f"{args.out / f'{ds.env}-{ds.level}-imaginary'}: {ds.num_trajectories} rollouts, "
+              f"{ds.num_transitions} steps")
+    return 0
+
+
+def _train(args: argparse.Namespace) -> int:
+    from imaginejax import bench
+
+    extra = ["train.algos=[" + ", ".join(json.dumps(a) for a in args.algo) + "]"] if args.algo else []
+    config = _config(args, extra)
+    out = args.out or _default_out("train", config.name)
+    outcome = bench.train(config, out, real_paths=args.real, imaginary_paths=args.imaginary, log=_log)
+    print(bench.report(outcome.workspace, config, figures=False, log=_log))
+    print(f"\nworkspace: {outcome.workspace} (imaginejax report {outcome.workspace} for figures)")
+    return 0
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from imaginejax import bench
+
+    extra = [f"data.env={args.env}"] if args.env else []
+    config = _config(args, extra)
+    out = args.out or _default_out("bench", config.name)
+    text = bench.bench(config, out, log=_log)
+    print(text)
+    print(f"\nworkspace: {out} (results.md, figures/)")
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from imaginejax import bench
+    from imaginejax.config import Config, ReportConfig
+
+    if args.reps < 1:
+        raise ConfigError(f"--reps must be >= 1, got {args.reps}")
+    config = Config(report=ReportConfig(statistic=args.statistic, reps=args.reps, seed=args.seed,
+                                        figures=not args.no_figures))
+    text = bench.report(args.run_dir, config, log=_log)
+    print(text)
+    if args.out is not None:
+        tmp = args.out.with_suffix(args.out.suffix + ".tmp")
+        tmp.write_text(text + "\n")
+        tmp.replace(args.out)
+    return 0
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "collect": _collect, "imagine": _imagine, "train": _train, "bench": _bench, "report": _report}
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``imaginejax`` command; returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    commands = {"demo": "run the CLEVR-Robot BC demo (see `imaginejax demo --help`)",
-                "report": "IQM / mean with bootstrap 95% intervals of a sweep's run directory "
-                          "(see `imaginejax report --help`)"}
-    if not argv or argv[0] in ("-h", "--help") or argv[0] not in commands:
-        print("usage: imaginejax <command> [options]\n\ncommands:")
-        for name, text in commands.items():
-            print(f"  {name:10s} {text}")
-        return 0 if not argv or argv[0] in ("-h", "--help") else 2
-    if argv[0] == "report":
-        from imaginejax import report
+    if argv and argv[0] == "demo":
+        from imaginejax import demo
 
-        report.main(argv[1:])
+        demo.main(argv[1:])
         return 0
-    from imaginejax import demo
+    parser = _build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    from imaginejax.checkpoint import CheckpointError
+    from imaginejax.data.errors import DatasetError
+    from imaginejax.progress import MissingDependency
 
-    demo.main(argv[1:])
-    return 0
+    try:
+        return COMMANDS[args.command](args)
+    except (ConfigError, DatasetError, CheckpointError, MissingDependency, FileExistsError,
+            FileNotFoundError) as error:
+        print(f"imaginejax {args.command}: error: {error}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

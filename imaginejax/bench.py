@@ -1,0 +1,521 @@
+"""The protocol behind ``imaginejax collect / imagine / train / bench``: data → imaginary data → sweeps → report.
+
+One :class:`~imaginejax.config.Config` drives every step; each step is resumable, so re-running a command
+continues where it stopped:
+
+1. **real data** — expert trajectories of the training level, collected with the environment's scripted
+   expert (``imaginejax.envs.<env>.expert.make_policy``) and cached under ``data.dir`` by their collection
+   parameters (:func:`cached_expert_data`);
+2. **imaginary data** for the novel levels (``imagine.source``): a KALM imaginer fine-tuned on the real
+   data writes rollouts (:mod:`imaginejax.imaginer.finetune`, :mod:`imaginejax.imaginer.imagine`; the
+   fine-tuning resumes from its checkpoints, finished datasets are reused), or *oracle* expert rollouts
+   of the novel tasks (the paper's upper bound), or none;
+3. **training** — for each algorithm, one sweep of seeds × hyperparameters × real/imaginary ratios
+   (:class:`~imaginejax.sweep.Sweep`) in one compiled call per chunk, evaluated on every level after every
+   interval (:mod:`imaginejax.engine`), with metrics and checkpoints in ``<out>/runs/<algorithm>/``;
+   a re-run resumes from the checkpoints (the engine refuses a checkpoint of a different sweep);
+4. **report** — the markdown table (IQM and bootstrap 95 % intervals over seeds) and figures
+   (:mod:`imaginejax.figures`).
+
+A workspace directory (``--out``) holds::
+
+    workspace.json        the configuration that determines results + fingerprints of the data used
+    imaginary/imaginer/   the imaginer's fine-tuning run (imagine.source = "imaginer")
+    imaginary/<env>-<level>-imaginary/   imaginary datasets
+    runs/<algorithm>/     sweep.json, metrics.jsonl, metrics.csv, train.log, checkpoints/
+    figures/              curves-<level>.png, curves.csv, bars.png, bars.csv, results.md
+    results.md            the results table
+
+Re-running with a configuration that would change results (data, imagine or train sections, except the
+list of algorithms) in an existing workspace is refused with the differing fields named.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import jax
+import numpy as np
+
+from imaginejax import algos as algo_registry
+from imaginejax import envs
+from imaginejax.algos.base import Spec
+from imaginejax.algos.common import StateNormalizer
+from imaginejax.algos.networks import NetConfig
+from imaginejax.config import Config, ConfigError, imagined_levels, level_episodes
+from imaginejax.data import (TrajectoryDataset, concat_transitions, load_dataset, read_manifest, save_dataset,
+                             to_transitions)
+from imaginejax.data.collect import Policy, collect
+from imaginejax.data.types import Transitions
+from imaginejax.engine import EngineConfig, make_train
+from imaginejax.paths import cache_root
+from imaginejax.progress import IntervalProgress, MetricSinks
+from imaginejax.sweep import Sweep, SweepResult, run_sweep
+
+Log = Callable[[str], None]
+
+
+def log_stderr(message: str) -> None:
+    """The default message sink: one line on stderr."""
+    print(message, file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Real (expert) data
+# ---------------------------------------------------------------------------------------------------
+def expert_policy(env_name: str, epsilon: float) -> Policy:
+    """The scripted expert of environment ``env_name`` as a collection policy.
+
+    Found by convention: ``imaginejax.envs.<env_name>.expert`` provides ``ExpertConfig(epsilon=...)`` and
+    ``make_policy(config)``.
+
+    Raises:
+      ConfigError: the environment ships no such expert.
+    """
+    try:
+        module = importlib.import_module(f"imaginejax.envs.{env_name}.expert")
+        return module.make_policy(module.ExpertConfig(epsilon=epsilon))
+    except (ImportError, AttributeError, TypeError) as error:
+        raise ConfigError(f"no expert collection policy for {env_name!r}: expected imaginejax.envs.{env_name}.expert "
+                          f"with ExpertConfig(epsilon=...) and make_policy(config) ({type(error).__name__}: {error}); "
+                          "collect the real data yourself and pass it with --real") from None
+
+
+def _collection_record(env_name: str, level: str, episodes: int, seed: int, epsilon: float,
+                       embed: bool) -> dict[str, Any]:
+    return {"expert_env": env_name, "expert_level": level, "expert_episodes": int(episodes),
+            "expert_seed": int(seed), "expert_epsilon": float(epsilon), "expert_embed": bool(embed)}
+
+
+def expert_dataset(env_name: str, level: str, episodes: int, seed: int, epsilon: float, path: str | Path, *,
+                   embed: bool = True, overwrite: bool = False, log: Log = log_stderr) -> TrajectoryDataset:
+    """Expert trajectories of one level at ``path``: read if ``path`` holds this very collection, else
+    collected (``collect`` with ``PRNGKey(seed)``, tasks drawn uniformly) and saved atomically.
+
+    Args:
+      env_name, level: environment registry name and level.
+      episodes: N trajectories.
+      seed: collection seed.
+      epsilon: the expert's random-action probability.
+      path: dataset directory.
+      embed: embed instructions (E = 384) or not (E = 0).
+      overwrite: replace a *different* dataset found at ``path`` (otherwise refused).
+      log: message sink.
+
+    Raises:
+      FileExistsError: ``path`` holds a different dataset and ``overwrite`` is False.
+    """
+    path = Path(path)
+    wanted = _collection_record(env_name, level, episodes, seed, epsilon, embed)
+    if (path / "manifest.json").exists():
+        provenance = read_manifest(path).get("provenance", {})
+        found = {k: provenance.get(k) for k in wanted}
+        if found == wanted:
+            log(f"  {env_name}/{level}: reading {episodes} expert trajectories from {path}")
+            return load_dataset(path)
+        if not overwrite:
+            raise FileExistsError(f"{path} holds a different dataset ({found}); choose another --out or pass "
+                                  "--overwrite")
+    env, params = envs.make(env_name, level, embed=embed)
+    start = time.perf_counter()
+    ds = collect(env, params, expert_policy(env_name, epsilon), jax.random.PRNGKey(seed), episodes,
+                 source="real", policy_name=f"{env_name} expert (epsilon {epsilon:g})", provenance=wanted,
+                 progress=sys.stderr.isatty())
+    log(f"  {env_name}/{level}: collected {episodes} expert trajectories ({ds.num_transitions} steps, "
+        f"{ds.terminals.any(1).mean():.0%} successful) in {time.perf_counter() - start:.0f}s -> {path}")
+    save_dataset(ds, path, overwrite=True)
+    return ds
+
+
+def cached_expert_data(env_name: str, level: str, episodes: int, seed: int, epsilon: float, root: str | Path, *,
+                       embed: bool = True, log: Log = log_stderr) -> TrajectoryDataset:
+    """:func:`expert_dataset` under ``root``, in a directory named after the collection parameters."""
+    record = _collection_record(env_name, level, episodes, seed, epsilon, embed)
+    tag = hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()[:12]
+    return expert_dataset(env_name, level, episodes, seed, epsilon, Path(root) / f"{env_name}-{level}-real-{episodes}-{tag}",
+                          embed=embed, log=log)
+
+
+def data_root(config: Config) -> Path:
+    """``data.dir``, or ``$IMAGINEJAX_HOME/data``."""
+    return Path(config.data.dir).expanduser() if config.data.dir else cache_root() / "data"
+
+
+def real_data(config: Config, log: Log = log_stderr) -> list[TrajectoryDataset]:
+    """The configuration's real data: expert trajectories of the training level (cached)."""
+    d = config.data
+    return [cached_expert_data(d.env, "train", d.episodes, d.seed, d.epsilon, data_root(config), embed=d.embed,
+                               log=log)]
+
+
+def first_trajectories(datasets: Sequence[TrajectoryDataset], count: int) -> list[TrajectoryDataset]:
+    """The first ``count`` trajectories of ``datasets`` in order (datasets cut or dropped as needed)."""
+    out, left = [], count
+    for ds in datasets:
+        if left <= 0:
+            break
+        n = min(left, ds.num_trajectories)
+        rows = {f: getattr(ds, f)[:n] for f in ("states", "actions", "rewards", "mask", "terminals", "truncations",
+                                                "instruction_ids", "goals")}
+        out.append(dataclasses.replace(ds, **rows))
+        left -= n
+    return out
+
+
+def load_datasets(paths: Sequence[str | Path], source: str, env_name: str) -> list[TrajectoryDataset]:
+    """Datasets from directories, checked to be of ``env_name`` and ``source``.
+
+    Raises:
+      ConfigError: a dataset of another environment or source (the message names the directory).
+    """
+    out = []
+    for path in paths:
+        ds = load_dataset(path)
+        if ds.env != env_name:
+            raise ConfigError(f"{path} holds {ds.env} data but data.env is {env_name!r}: pass --set data.env={ds.env} "
+                              "or data of the configured environment")
+        if ds.source != source:
+            raise ConfigError(f"{path} holds {ds.source} data, expected {source} here: pass it with "
+                              f"--{'real' if ds.source == 'real' else 'imaginary'}")
+        out.append(ds)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------
+# Imaginary data
+# ---------------------------------------------------------------------------------------------------
+def _level_key(seed: int, index: int) -> jax.Array:
+    """The generation key of the index-th imagined level."""
+    return jax.random.fold_in(jax.random.PRNGKey(seed), index)
+
+
+def imagine_datasets(config: Config, real: Sequence[TrajectoryDataset], out_dir: str | Path,
+                     log: Log = log_stderr) -> list[TrajectoryDataset]:
+    """Fine-tunes the imaginer preset on ``real`` and writes one imaginary dataset per level to ``out_dir``.
+
+    The fine-tuning run lives in ``out_dir/imaginer`` and resumes from its checkpoints; a level's dataset
+    already written by the same weights with the same count and key is read back, not generated again.
+
+    Returns:
+      The imaginary datasets, in the order of :func:`~imaginejax.config.imagined_levels`.
+    """
+    from imaginejax.imaginer.finetune import finetune
+    from imaginejax.imaginer.imagine import write_imaginary_datasets
+
+    im, env_name = config.imagine, config.data.env
+    out_dir = Path(out_dir)
+    log(f"imaginer: fine-tuning preset {im.preset!r} {dict(im.finetune) or ''} on "
+        f"{sum(ds.num_trajectories for ds in real)} real trajectories in {out_dir / 'imaginer'}")
+    start = time.perf_counter()
+    try:
+        imaginer = finetune(im.preset, list(real), out_dir / "imaginer", resume=True, progress=True,
+                            **dict(im.finetune)).imaginer
+    except TypeError as error:  # a preset field the imaginer does not know
+        raise ConfigError(f"imagine.finetune: {error}") from None
+    log(f"imaginer: {imaginer.step} fine-tuning steps done ({time.perf_counter() - start:.0f}s)")
+    datasets = []
+    for index, level in enumerate(imagined_levels(config)):
+        path, count, key = out_dir / f"{env_name}-{level}-imaginary", level_episodes(config, level), _level_key(im.seed, index)
+        # write_imaginary_datasets generates its i-th level with fold_in(key, i); here i = 0.
+        key_data = [int(v) for v in np.asarray(jax.random.fold_in(key, 0)).ravel()]
+        provenance = read_manifest(path).get("provenance", {}) if (path / "manifest.json").exists() else {}
+        if (provenance.get("checkpoint_hash") == imaginer.checkpoint_hash
+                and provenance.get("num_requested") == count and provenance.get("key") == key_data):
+            log(f"  {env_name}/{level}: reading imaginary rollouts written by these weights from {path}")
+        else:
+            start = time.perf_counter()
+            write_imaginary_datasets(imaginer, env_name, out_dir, count, key, levels=(level,),
+                                     embed=config.data.embed, overwrite=True, chunk_size=im.chunk_size,
+                                     progress=sys.stderr.isatty())
+            log(f"  {env_name}/{level}: generated {count} imaginary rollouts in {time.perf_counter() - start:.0f}s")
+        ds = load_dataset(path)
+        p = ds.provenance
+        log(f"  {env_name}/{level}: {ds.num_trajectories} imaginary rollouts, {ds.num_transitions} steps, "
+            f"{p.get('success_rate', float('nan')):.0%} reach their goal, {p.get('num_dropped_nonfinite', 0)} dropped")
+        datasets.append(ds)
+    return datasets
+
+
+def imaginary_data(config: Config, real: Sequence[TrajectoryDataset], out_dir: str | Path,
+                   log: Log = log_stderr) -> list[TrajectoryDataset]:
+    """The configuration's imaginary data (``imagine.source``): imaginer rollouts, oracle expert
+    rollouts of the novel levels, or nothing."""
+    im, d = config.imagine, config.data
+    if im.source == "none":
+        return []
+    if im.source == "oracle":
+        return [cached_expert_data(d.env, level, level_episodes(config, level), im.seed + i, d.epsilon,
+                                   data_root(config), embed=d.embed, log=log)
+                for i, level in enumerate(imagined_levels(config))]
+    return imagine_datasets(config, real, out_dir, log)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Training
+# ---------------------------------------------------------------------------------------------------
+def fingerprint(datasets: Sequence[TrajectoryDataset]) -> str:
+    """SHA-256 over the arrays (and level, source) of ``datasets``: identifies the data a sweep used."""
+    digest = hashlib.sha256()
+    for ds in datasets:
+        digest.update(f"{ds.env}/{ds.level}/{ds.source}".encode())
+        for field in ("states", "actions", "rewards", "mask", "terminals", "truncations", "instruction_ids",
+                      "goals", "instruction_embeddings"):
+            digest.update(np.ascontiguousarray(getattr(ds, field)).tobytes())
+    return digest.hexdigest()
+
+
+def evaluation_levels(config: Config) -> dict[str, tuple[Any, Any]]:
+    """Every level of the configured environment: level -> (env, params)."""
+    return {level: envs.make(config.data.env, level, embed=config.data.embed)
+            for level in envs.ENV_LEVELS[config.data.env]}
+
+
+def interface(real: TrajectoryDataset, eval_levels: dict[str, tuple[Any, Any]]) -> Spec:
+    """The algorithms' view of the environment, from the real data, checked against the evaluation levels.
+
+    Raises:
+      ConfigError: the data's state or embedding width differs from the environment's.
+    """
+    env, params = next(iter(eval_levels.values()))
+    embed_dim = int(real.instruction_embeddings.shape[1])
+    if embed_dim != int(params.instruction_embeddings.shape[1]):
+        raise ConfigError(f"the real data has {embed_dim}-d instruction embeddings but the environment "
+                          f"{int(params.instruction_embeddings.shape[1])}-d: collect the data with the same "
+                          "data.embed setting as training")
+    state_dim = int(real.states.shape[-1])
+    if state_dim != int(env.state_dim):
+        raise ConfigError(f"the real data has {state_dim}-d states but {real.env} has {env.state_dim}")
+    action_dim = int(env.num_actions) if real.discrete else int(real.actions.shape[-1])
+    return Spec(state_dim=state_dim, embed_dim=embed_dim, discrete=bool(real.discrete), action_dim=action_dim)
+
+
+def algorithm_names(config: Config, spec: Spec) -> tuple[str, ...]:
+    """``train.algos``, or every registered algorithm for the action space."""
+    return tuple(config.train.algos) or algo_registry.registered(spec.discrete)
+
+
+def eval_steps_per_run(config: Config, eval_levels: dict[str, tuple[Any, Any]]) -> int:
+    """Environment steps of one evaluation of one run: Σ_levels eval_episodes × max_steps."""
+    return sum(config.train.eval_episodes * int(params.max_steps) for _, params in eval_levels.values())
+
+
+def train_algorithm(config: Config, name: str, spec: Spec, eval_levels: dict[str, tuple[Any, Any]],
+                    real: Transitions, imag: Transitions | None, run_dir: str | Path,
+                    log: Log = log_stderr) -> SweepResult:
+    """One algorithm's sweep (seeds × hyperparameters × ratios), resumed from ``run_dir`` when possible.
+
+    Args:
+      config: the configuration (``train`` section; ``logging`` for the display and metric sinks).
+      name: registry name of the algorithm.
+      spec: the environment interface.
+      eval_levels: level -> (env, params) evaluated after every interval.
+      real, imag: transition buffers (``imag`` None: every ratio must be 0).
+      run_dir: the sweep's directory (metrics, ``train.log``, ``checkpoints/``).
+      log: message sink.
+    """
+    t = config.train
+    settings = t.algo.get(name)
+    net = NetConfig(encoder_width=t.encoder_width, hidden=tuple(t.hidden)) if t.encoder_width else None
+    algo = algo_registry.make(name, spec, net)
+    batch_size = settings.batch_size if settings is not None and settings.batch_size else t.batch_size
+    engine = EngineConfig(batch_size=batch_size, updates_per_interval=t.updates // t.intervals,
+                          num_intervals=t.intervals, eval_episodes=t.eval_episodes, run_block=t.run_block or None)
+    trainer = make_train(algo, spec, engine, eval_levels)
+    base_hp = algo.default_hp(spec)
+    if isinstance(getattr(base_hp, "normalizer", None), StateNormalizer):
+        base_hp = base_hp.replace(normalizer=StateNormalizer.from_transitions(real))
+    grid: dict[str, Sequence[float]] = {}
+    if settings is not None:
+        grid.update({k: [v] for k, v in settings.hp.items()})
+        grid.update({k: list(v) for k, v in settings.sweep.items()})
+    sweep = Sweep.grid(seeds=t.seeds, ratios=t.ratios, hp=grid)
+    if imag is None and any(r > 0 for r in t.ratios):
+        raise ConfigError(f"train.ratios {list(t.ratios)} need imaginary data: set imagine.source or pass --imaginary")
+    try:
+        sweep.build(base_hp)
+    except ValueError as error:
+        raise ConfigError(f"train.algo.{name}: {error}") from None
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    sinks = MetricSinks(run_dir, name, tensorboard=config.logging.tensorboard, wandb=config.logging.wandb,
+                        wandb_project=config.logging.wandb_project, wandb_mode=config.logging.wandb_mode,
+                        config=config.to_json())
+    progress = IntervalProgress(name, sweep.num_runs, t.intervals, engine.updates_per_interval,
+                                eval_steps_per_run(config, eval_levels), mode=config.logging.progress,
+                                log_file=run_dir / "train.log", on_interval=sinks.sync)
+    log(f"{name}: {sweep.num_runs} runs ({t.seeds} seeds × {sweep.num_runs // t.seeds} configurations), "
+        f"{t.updates} updates each, batch {batch_size}, {t.intervals} evaluations of {t.eval_episodes} "
+        f"episodes per level -> {run_dir}")
+    try:
+        result = run_sweep(trainer, sweep, base_hp, real, imag,
+                           memory_budget=(t.memory_budget_mb << 20) if t.memory_budget_mb else None,
+                           run_dir=run_dir, log=progress, checkpoint_dir=run_dir / "checkpoints",
+                           checkpoint_every=t.checkpoint_every, keep_checkpoints=t.keep_checkpoints, resume=True)
+    finally:
+        progress.close()
+        sinks.close()
+    return result
+
+
+# ---------------------------------------------------------------------------------------------------
+# Workspace
+# ---------------------------------------------------------------------------------------------------
+WORKSPACE_FILE = "workspace.json"
+
+
+def _results_key(config: Config) -> dict[str, Any]:
+    key = config.results_key()
+    key["train"] = {k: v for k, v in key["train"].items() if k != "algos"}
+    return key
+
+
+def _differences(old: Any, new: Any, prefix: str = "") -> list[str]:
+    if isinstance(old, dict) and isinstance(new, dict):
+        out = []
+        for k in sorted(set(old) | set(new)):
+            out += _differences(old.get(k), new.get(k), f"{prefix}{k}.")
+        return out
+    return [] if old == new else [f"{prefix.rstrip('.')}: {json.dumps(old)} -> {json.dumps(new)}"]
+
+
+def open_workspace(out: str | Path, config: Config) -> Path:
+    """Creates ``out`` or checks that its recorded configuration matches ``config`` (resume).
+
+    Raises:
+      ConfigError: ``out`` was created with a configuration that changes results (fields named).
+    """
+    out = Path(out).expanduser()
+    record_path = out / WORKSPACE_FILE
+    key = _results_key(config)
+    if record_path.exists():
+        old = json.loads(record_path.read_text())
+        diff = _differences(old.get("key"), key)
+        if diff:
+            raise ConfigError(f"{out} was created with another configuration ({'; '.join(diff)}): re-run with the "
+                              "same preset and --set values to resume it, or choose a new --out")
+    else:
+        out.mkdir(parents=True, exist_ok=True)
+        _write_json(record_path, {"key": key, "config": config.to_json(), "data": {}})
+    return out
+
+
+def check_data(out: Path, real: Sequence[TrajectoryDataset], imag: Sequence[TrajectoryDataset]) -> None:
+    """Records the data fingerprints in the workspace, or checks them against the recorded ones.
+
+    Raises:
+      ConfigError: the workspace's sweeps were trained on other data.
+    """
+    record_path = out / WORKSPACE_FILE
+    record = json.loads(record_path.read_text())
+    now = {"real": fingerprint(real), "imaginary": fingerprint(imag)}
+    if record.get("data"):
+        changed = [k for k in now if record["data"].get(k) != now[k]]
+        if changed:
+            raise ConfigError(f"{out} was trained on other {' and '.join(changed)} data: pass the same datasets "
+                              "to resume it, or choose a new --out")
+        return
+    record["data"] = now
+    _write_json(record_path, record)
+
+
+def _write_json(path: Path, value: Any) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(value, indent=1) + "\n")
+    tmp.replace(path)
+
+
+@dataclasses.dataclass
+class TrainOutcome:
+    """What :func:`train` did: per algorithm its sweep result, and the workspace."""
+
+    workspace: Path
+    results: dict[str, SweepResult]
+    seconds: dict[str, float]
+
+
+def train(config: Config, out: str | Path, *, real_paths: Sequence[str | Path] = (),
+          imaginary_paths: Sequence[str | Path] = (), log: Log = log_stderr) -> TrainOutcome:
+    """Data (given or from the pipeline), then every configured algorithm's sweep, in workspace ``out``.
+
+    Args:
+      config: the configuration.
+      out: workspace directory (created, or resumed).
+      real_paths: real dataset directories (default: the configuration's expert data).
+      imaginary_paths: imaginary dataset directories (default: ``imagine.source``'s data).
+      log: message sink.
+    """
+    out = open_workspace(out, config)
+    env_name = config.data.env
+    log(f"data ({env_name}):")
+    real = load_datasets(real_paths, "real", env_name) if real_paths else real_data(config, log)
+    if imaginary_paths:
+        imag = load_datasets(imaginary_paths, "imaginary", env_name)
+    elif any(r > 0 for r in config.train.ratios):
+        imag = imaginary_data(config, real, out / "imaginary", log)
+    else:
+        imag = []
+    check_data(out, real, imag)
+    eval_levels = evaluation_levels(config)
+    spec = interface(real[0], eval_levels)
+    for ds in imag:
+        if ds.instruction_embeddings.shape[1] != spec.embed_dim or ds.states.shape[-1] != spec.state_dim:
+            raise ConfigError(f"imaginary data of level {ds.level} has {ds.states.shape[-1]}-d states and "
+                              f"{ds.instruction_embeddings.shape[1]}-d embeddings, the real data "
+                              f"{spec.state_dim}-d and {spec.embed_dim}-d: generate both with the same data.embed")
+    if config.data.rl_episodes and not real_paths:
+        real = first_trajectories(real, config.data.rl_episodes)
+        log(f"  RL trains on the first {config.data.rl_episodes} real trajectories (data.rl_episodes)")
+    real_t = concat_transitions([to_transitions(ds, validate=False) for ds in real])
+    imag_t = concat_transitions([to_transitions(ds, validate=False) for ds in imag]) if imag else None
+    names = algorithm_names(config, spec)
+    results, seconds = {}, {}
+    for name in names:
+        start = time.perf_counter()
+        results[name] = train_algorithm(config, name, spec, eval_levels, real_t, imag_t, out / "runs" / name, log)
+        seconds[name] = time.perf_counter() - start
+        log(f"{name}: done in {seconds[name]:.0f}s")
+    return TrainOutcome(workspace=out, results=results, seconds=seconds)
+
+
+def report(path: str | Path, config: Config, *, figures: bool | None = None, log: Log = log_stderr) -> str:
+    """The results table of every sweep under ``path`` (and the figures), written to ``path/results.md``.
+
+    Args:
+      path: a workspace or a sweep directory.
+      config: its ``report`` section is used.
+      figures: override ``report.figures``.
+    """
+    from imaginejax import figures as fig
+
+    r = config.report
+    groups, levels = fig.load_curves(fig.find_sweeps(path))
+    if not groups:
+        raise ValueError(f"every run under {path} is non-finite: nothing to report")
+    text = fig.table(groups, levels, r.statistic, r.reps, r.seed)
+    target = Path(path) / "results.md"
+    tmp = target.with_suffix(".md.tmp")
+    tmp.write_text(text + "\n")
+    tmp.replace(target)
+    if r.figures if figures is None else figures:
+        written = fig.write_figures(groups, levels, Path(path) / "figures", statistic=r.statistic, reps=r.reps,
+                                    seed=r.seed)
+        log(f"figures: {', '.join(sorted(p.name for p in written.values()))} in {Path(path) / 'figures'}")
+    return text
+
+
+def bench(config: Config, out: str | Path, log: Log = log_stderr) -> str:
+    """The whole protocol (see the module docstring); returns the results table."""
+    start = time.perf_counter()
+    outcome = train(config, out, log=log)
+    text = report(outcome.workspace, config, log=log)
+    total = time.perf_counter() - start
+    timing = ", ".join(f"{k} {v:.0f}s" for k, v in outcome.seconds.items())
+    log(f"bench: {total:.0f}s in total (training: {timing})")
+    return text

@@ -1,0 +1,242 @@
+"""Progress over training intervals with throughput, and optional metric sinks (TensorBoard, W&B).
+
+:class:`IntervalProgress` is a log sink for :meth:`imaginejax.engine.Trainer.train` /
+:func:`imaginejax.sweep.run_sweep` (their ``log=`` argument). The engine reports each finished interval
+with one line (``[i/N] step … (Xs, … updates/s over n runs)``, prefixed ``chunk c`` when the run axis is
+chunked); the sink recognises those lines and shows
+
+    <label> [#######-----] 7/10 intervals · 1,234 updates/s · 56,789 env steps/s · ETA 0:42
+
+where *updates/s* counts gradient updates of all runs of the interval and *env steps/s* the evaluation
+steps (``Σ_levels eval_episodes × max_steps`` per run; training is offline and steps no environment).
+Modes: ``bar`` redraws one line on a terminal (``\\r``); ``lines`` prints one line per interval (for
+logs: no carriage returns, no spam); ``off`` prints nothing; ``auto`` is ``bar`` when the stream is a
+terminal, else ``lines``. Other engine lines (resume, non-finite runs) are printed as they come. Every
+line the engine sends is also appended to ``log_file`` when one is given.
+
+Line formats are the engine's; a line this module does not recognise is printed unchanged, so a format
+change degrades the display, never the run.
+
+:class:`MetricSinks` mirrors a run directory's ``metrics.jsonl`` (:mod:`imaginejax.runlog`) into
+TensorBoard event files (``tensorboardX``) and/or Weights & Biases (``wandb``, offline unless asked
+otherwise). Both are optional dependencies, imported only when enabled; a missing package raises
+:class:`MissingDependency` naming the ``pip install``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Literal, Mapping, TextIO
+
+ProgressMode = Literal["auto", "bar", "lines", "off"]
+
+_INTERVAL = re.compile(r"^(?:chunk (\d+) )?\[(\d+)/(\d+)\] step\s+(\d+)\s.* over (\d+) runs\)$")
+_SWEEP = re.compile(r"-> (\d+) chunk\(s\) of <= (\d+) runs")
+_RESUMED = re.compile(r"^resumed chunk (\d+) from .* \((\d+)/(\d+) intervals done\)")
+
+
+def format_seconds(seconds: float) -> str:
+    """``h:mm:ss`` (or ``m:ss`` under an hour)."""
+    seconds = max(0, int(round(seconds)))
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+class IntervalProgress:
+    """A ``log`` callable for the engine that displays progress over intervals (see the module docstring).
+
+    Args:
+      label: shown in front of the bar (e.g. the algorithm name).
+      num_runs: R, runs in the sweep.
+      num_intervals: N, intervals per run.
+      updates_per_interval: gradient updates per run per interval.
+      eval_steps_per_run: environment steps of one evaluation of one run (all levels).
+      mode: see :data:`ProgressMode`.
+      stream: where the display goes (default stderr).
+      log_file: every received line is appended here (None: nowhere).
+      on_interval: called after each recognised interval line (e.g. :meth:`MetricSinks.sync`).
+    """
+
+    def __init__(self, label: str, num_runs: int, num_intervals: int, updates_per_interval: int,
+                 eval_steps_per_run: int, mode: ProgressMode = "auto", stream: TextIO | None = None,
+                 log_file: str | os.PathLike[str] | None = None,
+                 on_interval: Callable[[], None] | None = None):
+        self.stream = sys.stderr if stream is None else stream
+        if mode == "auto":
+            mode = "bar" if _isatty(self.stream) else "lines"
+        self.mode = mode
+        self.label = label
+        self.num_runs, self.num_intervals = num_runs, num_intervals
+        self.updates_per_interval, self.eval_steps_per_run = updates_per_interval, eval_steps_per_run
+        self.total = num_runs * num_intervals  # run-intervals
+        self.done = 0
+        self.runs_per_chunk = num_runs
+        self.log_file = None if log_file is None else Path(log_file)
+        self.on_interval = on_interval
+        self.start = self.last_tick = time.perf_counter()
+        self.worked = 0  # run-intervals trained by this process (for the ETA)
+        self.last_status = ""
+
+    # -- the log sink -------------------------------------------------------------------------
+    def __call__(self, line: str) -> None:
+        """Receives one engine line."""
+        if self.log_file is not None:
+            with open(self.log_file, "a", encoding="utf-8") as f:
+                f.write(line + "\n")
+        match = _INTERVAL.match(line)
+        if match is None:
+            self._note(line)
+            return
+        now = time.perf_counter()
+        interval, runs = int(match.group(2)), int(match.group(5))
+        seconds, self.last_tick = now - self.last_tick, now
+        self.done += runs
+        self.worked += runs
+        self.last_status = self.status(interval, runs, seconds, now - self.start)
+        if self.mode == "bar":
+            self.stream.write("\r\033[K" + self.last_status)
+            self.stream.flush()
+        elif self.mode == "lines":
+            self.stream.write(self.last_status + "\n")
+            self.stream.flush()
+        if self.on_interval is not None:
+            self.on_interval()
+
+    def _note(self, line: str) -> None:
+        sweep = _SWEEP.search(line)
+        if sweep is not None:
+            self.runs_per_chunk = int(sweep.group(2))
+        resumed = _RESUMED.match(line)
+        if resumed is not None:
+            chunk, intervals = int(resumed.group(1)), int(resumed.group(2))
+            first = chunk * self.runs_per_chunk
+            self.done += intervals * max(0, min(self.runs_per_chunk, self.num_runs - first))
+        if self.mode == "off":
+            return
+        if self.mode == "bar" and self.last_status:
+            self.stream.write("\r\033[K" + line + "\n" + self.last_status)
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    # -- display ------------------------------------------------------------------------------
+    def status(self, interval: int, runs: int, seconds: float, elapsed: float) -> str:
+        """The one-line display after an interval of ``runs`` runs that took ``seconds`` of wall clock
+        (since the previous interval, so the first includes compilation), ``elapsed`` seconds in."""
+        seconds = max(seconds, 1e-9)
+        updates = runs * self.updates_per_interval / seconds
+        env_steps = runs * self.eval_steps_per_run / seconds
+        width = 20
+        filled = int(width * self.done / max(self.total, 1))
+        remaining = self.total - self.done
+        eta = elapsed / self.worked * remaining if self.worked else 0.0
+        return (f"{self.label} [{'#' * filled}{'-' * (width - filled)}] {self.done}/{self.total} run-intervals "
+                f"(interval {interval}/{self.num_intervals}) · {updates:,.0f} updates/s · "
+                f"{env_steps:,.0f} env steps/s · elapsed {format_seconds(elapsed)} · ETA {format_seconds(eta)}")
+
+    def close(self) -> None:
+        """Ends the bar's line (bar mode)."""
+        if self.mode == "bar" and self.last_status:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
+# ---------------------------------------------------------------------------------------------------
+# Optional metric sinks
+# ---------------------------------------------------------------------------------------------------
+class MissingDependency(RuntimeError):
+    """An optional feature was enabled but its package is not installed."""
+
+
+def _require(module: str, pip_name: str, setting: str) -> Any:
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise MissingDependency(f"{setting} = true needs the {pip_name!r} package, which is not installed: "
+                                f"pip install {pip_name}   (or set {setting}=false)") from None
+
+
+_BOOKKEEPING = ("chunk", "interval", "step", "run", "seconds", "finite")
+
+
+class MetricSinks:
+    """Mirrors ``<run_dir>/metrics.jsonl`` into TensorBoard and/or Weights & Biases.
+
+    Each record (one run, one interval) becomes scalars ``<metric>/run<r>`` at x = ``step``. Records are
+    sent once (keyed by run and interval); call :meth:`sync` as often as convenient and :meth:`close` at
+    the end.
+
+    Args:
+      run_dir: the sweep's run directory (event files go to ``<run_dir>/tensorboard``).
+      name: run name shown by the tools (e.g. the algorithm).
+      tensorboard, wandb: which sinks to enable.
+      wandb_project, wandb_mode: Weights & Biases project and mode (``offline`` never uses the network).
+      config: recorded as the W&B run's config.
+    """
+
+    def __init__(self, run_dir: str | os.PathLike[str], name: str, *, tensorboard: bool = False,
+                 wandb: bool = False, wandb_project: str = "imaginejax", wandb_mode: str = "offline",
+                 config: Mapping[str, Any] | None = None):
+        self.run_dir = Path(run_dir)
+        self.sent: set[tuple[int, int]] = set()
+        self.tb = None
+        self.wandb_run = None
+        if tensorboard:
+            tbx = _require("tensorboardX", "tensorboardX", "logging.tensorboard")
+            self.tb = tbx.SummaryWriter(logdir=str(self.run_dir / "tensorboard"))
+        if wandb:
+            wb = _require("wandb", "wandb", "logging.wandb")
+            self.wandb_run = wb.init(project=wandb_project, name=name, mode=wandb_mode, dir=str(self.run_dir),
+                                     config=dict(config or {}), reinit=True)
+
+    @property
+    def enabled(self) -> bool:
+        """True when at least one sink is on."""
+        return self.tb is not None or self.wandb_run is not None
+
+    def sync(self) -> int:
+        """Sends every record of ``metrics.jsonl`` not sent yet; returns how many records were sent."""
+        if not self.enabled:
+            return 0
+        from imaginejax.runlog import MetricsLog
+
+        sent = 0
+        for record in MetricsLog(self.run_dir).records():
+            key = (int(record["run"]), int(record["interval"]))
+            if key in self.sent:
+                continue
+            self.sent.add(key)
+            scalars = {f"{k}/run{key[0]:03d}": float(v) for k, v in record.items()
+                       if k not in _BOOKKEEPING and isinstance(v, (int, float)) and not isinstance(v, bool)}
+            step = int(record["step"])
+            if self.tb is not None:
+                for tag, value in scalars.items():
+                    self.tb.add_scalar(tag, value, step)
+            if self.wandb_run is not None:
+                self.wandb_run.log(dict(scalars, step=step))
+            sent += 1
+        if self.tb is not None:
+            self.tb.flush()
+        return sent
+
+    def close(self) -> None:
+        """Final :meth:`sync`, then closes the writers."""
+        self.sync()
+        if self.tb is not None:
+            self.tb.close()
+        if self.wandb_run is not None:
+            self.wandb_run.finish()

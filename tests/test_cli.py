@@ -1,0 +1,341 @@
+"""The ``imaginejax`` command (imaginejax.cli, config, bench, progress) end to end on tiny budgets.
+
+BabyAI without instruction embeddings (``data.embed=false``: the encoder is not needed) keeps compilation
+short: collect → train → report, an interrupted ``train`` resumed by re-running the same command (it must
+end exactly like the uninterrupted run), ``bench`` over every registered discrete algorithm with oracle
+imaginary data, ``--help`` of every subcommand, configuration errors that name the field and the fix, and
+the optional metric sinks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+import json
+import struct
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from imaginejax import algos, cli, config as config_lib
+from imaginejax.checkpoint import list_checkpoints, load_checkpoint
+from imaginejax.config import ConfigError, load_config
+from imaginejax.runlog import MetricsLog
+
+INTERVALS = 2
+
+
+def tiny(data_dir: Path) -> list[str]:
+    """``--set`` overrides for a seconds-long protocol on BabyAI with oracle imaginary data."""
+    sets = [f"data.dir={json.dumps(str(data_dir))}", "data.env=babyai", "data.embed=false", "data.episodes=24",
+            "imagine.source=oracle", "imagine.episodes=6", "train.seeds=2", "train.ratios=[0.0, 0.5]",
+            "train.updates=20", f"train.intervals={INTERVALS}", "train.eval_episodes=6", "train.batch_size=16",
+            "train.encoder_width=16", "train.hidden=[16]", "report.reps=100", "logging.progress=lines"]
+    return [arg for s in sets for arg in ("--set", s)]
+
+
+def run(argv: list[str]) -> tuple[int, str, str]:
+    """``imaginejax ARGV`` in this process -> (exit status, stdout, stderr)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = cli.main(argv)
+    return status, out.getvalue(), err.getvalue()
+
+
+def records(run_dir: Path) -> list[dict]:
+    """Metric records without the wall-clock field."""
+    return [{k: v for k, v in r.items() if k != "seconds"} for r in MetricsLog(run_dir).records()]
+
+
+@pytest.fixture(scope="module")
+def bench_run(tmp_path_factory) -> dict:
+    """``collect`` (twice), then ``bench`` restricted to BC: the paths and outputs."""
+    root = tmp_path_factory.mktemp("cli")
+    real = root / "real"
+    collect = ["collect", "--env", "babyai", "--level", "train", "--episodes", "24", "--out", str(real),
+               "--no-embed", "--seed", "0"]
+    first = run(collect)
+    again = run(collect)
+    bench = ["bench", "--env", "babyai", "--out", str(root / "ws")] + tiny(root / "data")
+    bench += ["--set", 'train.algos=["bc"]']
+    return {"root": root, "real": real, "collect": (first, again), "bench": run(bench), "bench_argv": bench}
+
+
+def test_collect_writes_and_then_reads_a_dataset(bench_run):
+    from imaginejax.data import load_dataset
+
+    (status, out, _), (status2, out2, err2) = bench_run["collect"]
+    assert status == status2 == 0
+    ds = load_dataset(bench_run["real"])
+    assert (ds.env, ds.level, ds.source, ds.num_trajectories) == ("babyai", "train", "real", 24)
+    assert ds.instruction_embeddings.shape[1] == 0
+    assert ds.terminals.any(1).mean() > 0.5  # the BFS expert with epsilon 0.1 mostly succeeds
+    assert "reading 24 expert trajectories" in err2 and out2 == out
+    # Other collection arguments for the same directory are refused, not silently mixed.
+    status, _, err = run(["collect", "--env", "babyai", "--level", "easy", "--episodes", "5", "--out",
+                          str(bench_run["real"]), "--no-embed"])
+    assert status == 2 and "holds a different dataset" in err and "--overwrite" in err
+
+
+def test_bench_trains_logs_reports_and_resumes(bench_run):
+    status, out, err = bench_run["bench"]
+    assert status == 0, err
+    ws = bench_run["root"] / "ws"
+    run_dir = ws / "runs" / "bc"
+    recs = MetricsLog(run_dir).records()
+    assert len(recs) == 4 * INTERVALS  # 2 seeds × 2 ratios, every interval
+    assert sorted({r["step"] for r in recs}) == [10, 20]
+    for level in ("train", "rephrase", "easy", "hard"):
+        assert all(0.0 <= r[f"success/{level}"] <= 1.0 for r in recs)
+    sweep = json.loads((run_dir / "sweep.json").read_text())
+    assert [(row["seed"], row["ratio"]) for row in sweep["runs"]] == [(0, 0.0), (1, 0.0), (0, 0.5), (1, 0.5)]
+    # One progress line per interval, with both throughputs, and no carriage returns in a non-terminal.
+    progress = [line for line in err.splitlines() if line.startswith("bc [")]
+    assert len(progress) == INTERVALS and all("updates/s" in p and "env steps/s" in p for p in progress)
+    assert f"{4 * INTERVALS}/{4 * INTERVALS} run-intervals" in progress[-1] and "\r" not in err
+    assert (run_dir / "train.log").read_text().count("] step ") == INTERVALS
+    assert list_checkpoints(run_dir / "checkpoints" / "chunk-000")[-1][0] == INTERVALS
+    # Oracle data for every novel level was collected into the data cache; table and figures written.
+    cached = sorted(p.name.split("-")[1] for p in (bench_run["root"] / "data").iterdir())
+    assert cached == ["easy", "hard", "rephrase", "train"]
+    assert "| bc, ratio 0 |" in out and "| bc, ratio 0.5 |" in out
+    assert (ws / "results.md").read_text().strip() == out.split("\n\nworkspace:")[0].strip()
+    for name in ("curves-train.png", "curves-hard.png", "bars.png", "curves.csv", "bars.csv"):
+        assert (ws / "figures" / name).stat().st_size > 0, name
+    # Re-running continues: data read from the cache, the sweep resumed at its end, the same table.
+    status, out2, err2 = run(bench_run["bench_argv"])
+    assert status == 0 and out2 == out
+    assert "(2/2 intervals done)" in err2 and "collected" not in err2
+
+
+def test_interrupted_train_resumes_to_the_uninterrupted_result(bench_run, monkeypatch):
+    """``train`` on the collected real data (identical to bench's cached data), killed right after its
+    first checkpoint, then the same command again: it must end exactly where bench's run ended."""
+    from imaginejax import engine
+
+    class Interrupted(Exception):
+        pass
+
+    original = engine.save_checkpoint
+
+    def save_then_die(*args, **kwargs):
+        original(*args, **kwargs)
+        raise Interrupted
+
+    root = bench_run["root"]
+    argv = ["train", "--algo", "bc", "--real", str(bench_run["real"]), "--out", str(root / "ws-resumed")]
+    argv += tiny(root / "data")
+    monkeypatch.setattr(engine, "save_checkpoint", save_then_die)
+    with pytest.raises(Interrupted):
+        run(argv)
+    monkeypatch.setattr(engine, "save_checkpoint", original)
+    resumed_dir = root / "ws-resumed" / "runs" / "bc"
+    assert [r["interval"] for r in MetricsLog(resumed_dir).records()] == [1] * 4
+
+    status, out, err = run(argv)  # the same command again continues
+    assert status == 0, err
+    assert "resumed chunk 0" in err and "(1/2 intervals done)" in err
+    straight_dir = root / "ws" / "runs" / "bc"
+    assert records(resumed_dir) == records(straight_dir)
+    (_, straight), (_, resumed) = (load_checkpoint(list_checkpoints(d / "checkpoints" / "chunk-000")[-1][1])
+                                   for d in (straight_dir, resumed_dir))
+    state_keys = sorted(k for k in straight if not k.startswith("history/"))
+    assert state_keys and state_keys == sorted(k for k in resumed if not k.startswith("history/"))
+    for key in state_keys:
+        np.testing.assert_array_equal(resumed[key], straight[key], err_msg=key)
+    assert "| bc, ratio 0.5 |" in out
+
+    # A changed configuration in the same workspace is refused with the difference named.
+    status, _, err = run(argv + ["--set", "train.updates=40"])
+    assert status == 2 and "train.updates: 20 -> 40" in err
+
+
+def test_report_of_a_workspace_and_of_a_sweep(bench_run):
+    ws = bench_run["root"] / "ws"
+    status, out, err = run(["report", str(ws), "--reps", "50", "--no-figures",
+                            "--out", str(bench_run["root"] / "table.md")])
+    assert status == 0, err
+    assert "| bc, ratio 0 |" in out and "50 replicates" in out
+    assert (bench_run["root"] / "table.md").read_text().strip() == out.strip()
+    # A single sweep directory works too (labelled with the engine's algorithm name).
+    status, out, _ = run(["report", str(ws / "runs" / "bc"), "--reps", "50"])
+    assert status == 0 and "| bc, ratio 0.5 |" in out
+    assert (ws / "runs" / "bc" / "figures" / "bars.png").stat().st_size > 0
+    status, _, err = run(["report", str(bench_run["root"] / "nothing-here")])
+    assert status == 2 and "sweep.json" in err
+
+
+@pytest.mark.slow
+def test_bench_runs_every_registered_algorithm(tmp_path):
+    argv = ["bench", "--env", "babyai", "--out", str(tmp_path / "bench")] + tiny(tmp_path / "data")
+    status, out, err = run(argv)
+    assert status == 0, err
+    names = algos.registered(discrete=True)
+    assert sorted(p.name for p in (tmp_path / "bench" / "runs").iterdir()) == sorted(names)
+    for name in names:
+        for ratio in ("0", "0.5"):
+            assert f"| {name}, ratio {ratio} |" in out, (name, ratio)
+
+
+def test_help_of_every_subcommand(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["--help"])
+    assert exit_.value.code == 0
+    top = capsys.readouterr().out
+    for command in ("demo", "collect", "imagine", "train", "bench", "report"):
+        assert command in top
+    keys = _config_keys(config_lib.Config)
+    for command in ("collect", "imagine", "train", "bench", "report", "demo"):
+        with pytest.raises(SystemExit) as exit_:
+            cli.main([command, "--help"])
+        assert exit_.value.code == 0
+        text = capsys.readouterr().out
+        assert text.startswith("usage:"), command
+        if command in ("imagine", "train", "bench"):
+            missing = [k for k in keys if k not in text]
+            assert not missing, (command, missing)  # every configuration key is explained
+            assert "clevr-quick" in text and "--set" in text
+    assert cli.main([]) == 0
+
+
+def _config_keys(cls, prefix: str = "") -> list[str]:
+    out = []
+    for field in dataclasses.fields(cls):
+        tp = field.type if not isinstance(field.type, str) else None
+        default = field.default if field.default is not dataclasses.MISSING else field.default_factory()
+        if dataclasses.is_dataclass(default):
+            out += _config_keys(type(default), f"{prefix}{field.name}.")
+        else:
+            out.append(f"{prefix}{field.name}")
+    return out
+
+
+@pytest.mark.parametrize("overrides, match", [
+    (["train.updatez=5"], r"unknown field train\.updatez; valid fields of train: algos, seeds.*updates"),
+    (["train.updates=abc"], r"config field train\.updates: expected an integer, got 'abc'.*--set train\.updates="),
+    (["train.updates=10", "train.intervals=3"], r"train\.updates \(10\) must be a multiple of train\.intervals "
+                                                r"\(3\): e\.g\. --set train\.updates=9"),
+    (["data.env=nope"], r"data\.env: unknown environment 'nope'; valid: .*babyai.*clevr"),
+    (["imagine.source=none"], r"imaginary data but imagine\.source is 'none': set imagine\.source to 'imaginer' "
+                              r"or 'oracle', or train\.ratios to \[0\.0\]"),
+    (["imagine.source=magic"], r"config field imagine\.source: expected one of 'imaginer', 'oracle', 'none'"),
+    (["train.ratios=[0.5, 1.5]"], r"train\.ratios: 1\.5 is outside \[0, 1\]"),
+    (['train.algos=["nope"]'], r"train\.algos: unknown algorithm 'nope'; registered: .*bc"),
+    (["train.algo.bc.hpp={}"], r"unknown field train\.algo\.bc\.hpp; valid fields of train\.algo\.bc: "
+                               r"batch_size, hp, sweep"),
+    (["train.seeds=0"], r"train\.seeds must be >= 1, got 0"),
+    (["imagine.finetune.num_stepz=3"], r"imagine\.finetune\.num_stepz is not a field of the imaginer preset; "
+                                       r"valid: .*num_steps"),
+    (["train.updates"], r"expected KEY=VALUE, e\.g\. --set train\.updates=2000"),
+    (["data.episodes.x=1"], r"data\.episodes is a value, not a section"),
+])
+def test_config_errors_name_the_field_and_the_fix(overrides, match):
+    with pytest.raises(ConfigError, match=match):
+        load_config("clevr-quick", overrides)
+
+
+def test_config_errors_reach_the_command_line_as_exit_status_2(tmp_path):
+    status, _, err = run(["train", "--out", str(tmp_path), "--set", "train.updates=abc"])
+    assert status == 2 and "imaginejax train: error: config field train.updates" in err
+    status, _, err = run(["bench", "--preset", "no-such-preset"])
+    assert status == 2 and "unknown preset 'no-such-preset'; available presets:" in err and "clevr-quick" in err
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[train]\nupdates = 'many'\n")
+    status, _, err = run(["train", "--config", str(bad), "--out", str(tmp_path)])
+    assert status == 2 and "train.updates" in err
+    bad.write_text("[train]\nupdatez = 3\n")
+    status, _, err = run(["train", "--config", str(bad), "--out", str(tmp_path)])
+    assert status == 2 and "unknown config field train.updatez; valid fields of [train]: algos" in err
+    bad.write_text("[train\n")
+    status, _, err = run(["train", "--config", str(bad), "--out", str(tmp_path)])
+    assert status == 2 and "not valid TOML" in err
+
+
+def test_values_presets_and_overrides():
+    assert config_lib.parse_value("[0, 0.5]") == [0, 0.5]
+    assert config_lib.parse_value("babyai") == "babyai" and config_lib.parse_value('"x y"') == "x y"
+    assert config_lib.parse_value("true") is True and config_lib.parse_value("1e-3") == 1e-3
+    assert set(config_lib.available_presets()) >= {"clevr-quick", "clevr-reference", "babyai-quick",
+                                                  "clevr-ratio-study"}
+    for name in config_lib.available_presets():
+        cfg = load_config(name)  # every preset loads and validates
+        assert cfg.name == name
+    quick, study = load_config("clevr-quick"), load_config("clevr-ratio-study")
+    assert study.train.ratios == (0.0, 0.25, 0.5, 0.75)
+    assert dataclasses.replace(study.train, ratios=quick.train.ratios) == quick.train  # extends: only ratios differ
+    reference = load_config("clevr-reference")
+    assert reference.train.seeds == 5 and reference.data.episodes == 10000 and reference.data.rl_episodes == 6400
+    assert reference.imagine.level_episodes == {"rephrase": 5600, "easy": 72400, "hard": 1680}
+    # Every hyperparameter a preset names exists in that algorithm's hp pytree (CLEVR's interface).
+    from imaginejax.algos.base import Spec
+    from imaginejax.sweep import Sweep
+
+    spec = Spec(state_dim=10, embed_dim=384, discrete=True, action_dim=40)
+    for preset in config_lib.available_presets():
+        for name, settings in load_config(preset).train.algo.items():
+            hp = algos.make(name, spec).default_hp(spec)
+            grid = {k: [v] for k, v in settings.hp.items()} | {k: list(v) for k, v in settings.sweep.items()}
+            Sweep.grid(seeds=1, hp=grid).build(hp)
+    assert reference.train.algo["cql"].hp == {"learning_rate": 6.25e-5, "alpha": 10.0, "target_update_interval": 8000.0}
+    babyai = load_config("babyai-quick")
+    assert babyai.data.env == "babyai" and babyai.train.encoder_width == 64  # BENCHMARK §4: 64 for BabyAI
+    cfg = load_config("clevr-quick", ["train.algo.cql.sweep.alpha=[1, 5]", "train.ratios=[0]", "data.env=babyai"])
+    assert cfg.train.algo["cql"].sweep == {"alpha": (1.0, 5.0)} and cfg.train.ratios == (0.0,)
+    assert cfg.train.algo["cql"].hp == quick.train.algo["cql"].hp  # deep merge keeps the preset's other keys
+    assert cfg.data.env == "babyai"
+
+
+def test_progress_bar_mode_redraws_one_line(monkeypatch):
+    from imaginejax import progress
+
+    clock = iter([0.0, 2.0])
+    monkeypatch.setattr(progress.time, "perf_counter", lambda: next(clock))
+    stream = io.StringIO()
+    bar = progress.IntervalProgress("cql", num_runs=4, num_intervals=2, updates_per_interval=100,
+                                    eval_steps_per_run=500, mode="bar", stream=stream)
+    bar("sweep: 4 runs on 1 device(s); ... -> 1 chunk(s) of <= 4 runs")
+    bar("[1/2] step     100  loss 0.5000  success train  10.0%  (2.0s, 200 updates/s over 4 runs)")
+    text = stream.getvalue()
+    # 4 runs × 100 updates in 2 s of wall clock; 4 × 500 evaluation steps in 2 s.
+    assert "4/8 run-intervals" in text and "200 updates/s" in text and "1,000 env steps/s" in text
+    assert "elapsed 0:02 · ETA 0:02" in text and text.count("\r") == 1
+    bar.close()
+    assert stream.getvalue().endswith("\n")
+
+
+def test_metric_sinks_tensorboard_and_missing_packages(tmp_path, monkeypatch):
+    from imaginejax.progress import MetricSinks, MissingDependency
+
+    MetricsLog(tmp_path).write_interval(0, 1, 50, 1.0, np.arange(2), np.ones(2, bool), {"loss": np.asarray([0.5, 0.25])},
+                                        {"train": np.asarray([0.0, 1.0])}, {"train": np.zeros(2)})
+    for module, flag in (("tensorboardX", "tensorboard"), ("wandb", "wandb")):
+        monkeypatch.setitem(sys.modules, module, None)  # makes the import fail like a missing package
+        with pytest.raises(MissingDependency, match=rf"pip install {module}.*logging\.{flag}=false"):
+            MetricSinks(tmp_path, "bc", **{flag: True})
+        monkeypatch.undo()
+
+    pytest.importorskip("tensorboardX")
+    sinks = MetricSinks(tmp_path, "bc", tensorboard=True)
+    assert sinks.sync() == 2 and sinks.sync() == 0  # each record is sent once
+    sinks.close()
+    scalars = _read_event_scalars(next((tmp_path / "tensorboard").glob("events.out.tfevents.*")))
+    assert scalars[("loss/run000", 50)] == pytest.approx(0.5)
+    assert scalars[("loss/run001", 50)] == pytest.approx(0.25)
+    assert scalars[("success/train/run001", 50)] == pytest.approx(1.0)
+
+
+def _read_event_scalars(path: Path) -> dict[tuple[str, int], float]:
+    """Scalars of a TensorBoard event file, parsed from its TFRecord framing (length, crc, data, crc)."""
+    from tensorboardX.proto import event_pb2
+
+    data, offset, out = path.read_bytes(), 0, {}
+    while offset < len(data):
+        (length,) = struct.unpack("<Q", data[offset:offset + 8])
+        event = event_pb2.Event.FromString(data[offset + 12:offset + 12 + length])
+        offset += 12 + length + 4
+        for value in event.summary.value:
+            out[(value.tag, int(event.step))] = value.simple_value
+    return out

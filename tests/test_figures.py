@@ -1,0 +1,132 @@
+"""Figures and tables of sweeps (imaginejax.figures) on hand-written run directories: learning-curve and
+bar-chart data against hand-computed IQMs and means, non-finite runs left out, PNGs that decode to
+images, CSVs that hold exactly the plotted numbers, workspace discovery."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from imaginejax import figures
+from imaginejax.runlog import MetricsLog
+from imaginejax.stats import iqm, stratified_bootstrap_ci
+
+LEVELS = ("train", "hard")
+STEPS = (100, 200)
+# Success of each run at each interval, per level. Runs 0-3: config 0 (ratio 0), runs 4-7: config 1
+# (ratio 0.5). Run 7 goes non-finite in interval 2 and must be left out of every number.
+TRAIN = {1: [0.1, 0.2, 0.3, 0.9, 0.0, 0.0, 0.5, 0.5],
+         2: [0.2, 0.4, 0.6, 1.0, 0.3, 0.6, 0.9, 0.0]}
+HARD = {1: [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+        2: [0.0, 0.1, 0.0, 0.1, 0.2, 0.2, 0.2, 0.0]}
+FINITE = {1: [True] * 8, 2: [True] * 7 + [False]}
+
+
+def write_sweep(run_dir: Path, algo: str = "bc", lr_values=(1e-3,)) -> None:
+    """A sweep directory as imaginejax.sweep.run_sweep and the engine leave it (table + metrics)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    table = []
+    for run in range(8):
+        config = run // 4
+        table.append({"run": run, "config": config, "seed": run % 4, "ratio": 0.5 * config,
+                      "hp": {"learning_rate": lr_values[config % len(lr_values)], "alpha": 2.5}})
+    (run_dir / "sweep.json").write_text(json.dumps({"runs": table, "algo": algo}))
+    log = MetricsLog(run_dir)
+    runs = np.arange(8)
+    for interval, step in zip((1, 2), STEPS):
+        log.write_interval(0, interval, step, 1.0, runs, np.asarray(FINITE[interval]),
+                           {"loss": np.ones(8)},
+                           {"train": np.asarray(TRAIN[interval]), "hard": np.asarray(HARD[interval])},
+                           {"train": np.zeros(8), "hard": np.zeros(8)})
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_curves_by_hand(tmp_path):
+    write_sweep(tmp_path / "sweep")
+    groups, levels = figures.load_curves([tmp_path / "sweep"])
+    assert levels == list(LEVELS)
+    # Constant hyperparameters (learning_rate, alpha) are not in the labels; the ratio is.
+    assert [g.label for g in groups] == ["bc, ratio 0", "bc, ratio 0.5"]
+    np.testing.assert_array_equal(groups[0].steps, STEPS)
+    np.testing.assert_array_equal(groups[0].success["train"], [TRAIN[1][:4], TRAIN[2][:4]])
+    assert groups[1].success["train"].shape == (2, 3)  # run 7 (non-finite at the end) is left out
+
+    rows = figures.curve_rows(groups, levels, reps=500)
+    point = {(r["group"], r["level"], r["step"]): r for r in rows}
+    # 4 seeds: the IQM drops one score at each end. Interval 1: (0.2 + 0.3) / 2; interval 2: (0.4 + 0.6) / 2.
+    assert point["bc, ratio 0", "train", 100]["point"] == pytest.approx(0.25)
+    assert point["bc, ratio 0", "train", 200]["point"] == pytest.approx(0.5)
+    assert point["bc, ratio 0", "train", 200]["mean"] == pytest.approx(0.55)
+    # 3 seeds: floor(3/4) = 0 dropped, the IQM is the mean: (0.3 + 0.6 + 0.9) / 3.
+    assert point["bc, ratio 0.5", "train", 200]["point"] == pytest.approx(0.6)
+    assert point["bc, ratio 0.5", "train", 200]["n"] == 3
+    assert point["bc, ratio 0.5", "hard", 200]["point"] == pytest.approx(0.2)
+    assert (point["bc, ratio 0.5", "hard", 200]["low"], point["bc, ratio 0.5", "hard", 200]["high"]) == \
+        pytest.approx((0.2, 0.2))  # every seed scored 0.2: the interval collapses
+    for r in rows:  # a bootstrap of an interquartile mean never leaves the data's range
+        scores = next(g for g in groups if g.label == r["group"]).success[r["level"]][STEPS.index(r["step"])]
+        assert scores.min() - 1e-12 <= r["low"] <= r["point"] <= r["high"] <= scores.max() + 1e-12
+        assert r["n"] == scores.size
+
+    mean_rows = figures.curve_rows(groups, levels, statistic="mean", reps=100)
+    assert mean_rows[1]["point"] == pytest.approx(0.55)
+
+
+def test_varying_hyperparameters_are_labelled(tmp_path):
+    write_sweep(tmp_path / "sweep", algo="cql", lr_values=(1e-3, 3e-4))
+    groups, _ = figures.load_curves([tmp_path / "sweep"])
+    assert [g.label for g in groups] == ["cql, ratio 0, learning_rate 0.001", "cql, ratio 0.5, learning_rate 0.0003"]
+
+
+def test_figures_and_csv_written(tmp_path):
+    import matplotlib.image
+
+    for algo in ("bc", "cql"):
+        write_sweep(tmp_path / "ws" / "runs" / algo)
+    sweeps = figures.find_sweeps(tmp_path / "ws")
+    assert [p.name for p in sweeps] == ["bc", "cql"]
+    groups, levels = figures.load_curves(sweeps)
+    # In a workspace the algorithm is the directory name (the registry name).
+    assert [g.label for g in groups] == ["bc, ratio 0", "bc, ratio 0.5", "cql, ratio 0", "cql, ratio 0.5"]
+    written = figures.write_figures(groups, levels, tmp_path / "fig", reps=300, seed=3)
+    for level in LEVELS:
+        image = matplotlib.image.imread(written[f"curves-{level}"])
+        assert image.ndim == 3 and image.shape[0] > 100 and image.shape[1] > 100
+        assert image[..., :3].std() > 0.01  # not a blank canvas
+    assert matplotlib.image.imread(written["bars"]).shape[1] > 100
+
+    curves = read_csv(written["curves_csv"])
+    assert len(curves) == 4 * len(LEVELS) * len(STEPS)
+    first = curves[0]
+    assert (first["group"], first["algo"], first["level"], first["step"], first["n"]) == ("bc, ratio 0", "bc", "train", "100", "4")
+    scores = np.asarray(TRAIN[1][:4])
+    ci = stratified_bootstrap_ci(scores, iqm, reps=300, seed=3)
+    assert float(first["point"]) == pytest.approx(0.25)
+    assert (float(first["low"]), float(first["high"])) == pytest.approx((ci.low, ci.high))
+
+    bars = read_csv(written["bars_csv"])
+    assert len(bars) == 4 * len(LEVELS) and {r["step"] for r in bars} == {"200"}  # last evaluation only
+    by_key = {(r["group"], r["level"]): float(r["point"]) for r in bars}
+    assert by_key["cql, ratio 0.5", "train"] == pytest.approx(0.6)
+    assert by_key["bc, ratio 0", "hard"] == pytest.approx(0.05)  # IQM of (0, 0.1, 0, 0.1): (0 + 0.1) / 2
+
+    text = written["results"].read_text()
+    assert text.strip() == figures.table(groups, levels, reps=300, seed=3)
+    assert "| cql, ratio 0.5 | 60.0 [" in text and "(200 updates)" in text
+
+
+def test_missing_sweep_and_empty_metrics_are_reported(tmp_path):
+    with pytest.raises(FileNotFoundError, match="sweep.json"):
+        figures.find_sweeps(tmp_path)
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / "sweep.json").write_text(json.dumps({"runs": [], "algo": "bc"}))
+    with pytest.raises(ValueError, match="no records yet"):
+        figures.load_curves([tmp_path / "s"])
