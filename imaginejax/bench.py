@@ -487,6 +487,9 @@ def train(config: Config, out: str | Path, *, real_paths: Sequence[str | Path] =
 def report(path: str | Path, config: Config, *, figures: bool | None = None, log: Log = log_stderr) -> str:
     """The results table of every sweep under ``path`` (and the figures), written to ``path/results.md``.
 
+    A single sweep directory gets :func:`imaginejax.report.report`'s table (rows per configuration); a
+    workspace gets one row per algorithm and configuration (:func:`imaginejax.figures.table`).
+
     Args:
       path: a workspace or a sweep directory.
       config: its ``report`` section is used.
@@ -498,7 +501,12 @@ def report(path: str | Path, config: Config, *, figures: bool | None = None, log
     groups, levels = fig.load_curves(fig.find_sweeps(path))
     if not groups:
         raise ValueError(f"every run under {path} is non-finite: nothing to report")
-    text = fig.table(groups, levels, r.statistic, r.reps, r.seed)
+    if (Path(path) / "sweep.json").is_file():  # one sweep: the table of imaginejax.report, as before
+        from imaginejax.report import report as sweep_report
+
+        text = sweep_report(Path(path), r.statistic, r.reps, r.seed)
+    else:
+        text = fig.table(groups, levels, r.statistic, r.reps, r.seed)
     target = Path(path) / "results.md"
     tmp = target.with_suffix(".md.tmp")
     tmp.write_text(text + "\n")

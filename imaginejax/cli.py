@@ -225,18 +225,21 @@ def main(argv: list[str] | None = None) -> int:
         demo.main(argv[1:])
         return 0
     parser = _build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:  # --help (0) or a usage error (2, message already printed)
+        return int(exit_.code or 0)
     if args.command is None:
         parser.print_help()
         return 0
     from imaginejax.checkpoint import CheckpointError
-    from imaginejax.data.errors import DatasetError
     from imaginejax.progress import MissingDependency
 
     try:
         return COMMANDS[args.command](args)
-    except (ConfigError, DatasetError, CheckpointError, MissingDependency, FileExistsError,
-            FileNotFoundError) as error:
+    except (ValueError, CheckpointError, MissingDependency, FileExistsError, FileNotFoundError) as error:
+        # ValueError covers ConfigError and DatasetError, and the engine's / imaginer's refusals
+        # (e.g. resuming an imaginer run with another preset): all name the problem and the fix.
         print(f"imaginejax {args.command}: error: {error}", file=sys.stderr)
         return 2
 

@@ -172,6 +172,23 @@ def table(groups: Sequence[GroupCurves], levels: Sequence[str], statistic: str =
     return text + f"\nSuccess rate (%) at the last evaluation ({', '.join(map(str, steps))} updates)."
 
 
+def _styles(groups: Sequence[GroupCurves]) -> dict[str, tuple[Any, str, str]]:
+    """Group label -> (colour, line style, bar hatch): one colour per algorithm, one line style / hatch
+    per configuration within it, so curves stay distinguishable beyond ten groups."""
+    import matplotlib
+
+    palette = matplotlib.colormaps["tab10"].colors
+    algos = list(dict.fromkeys(g.algo for g in groups))
+    seen: dict[str, int] = {}
+    out = {}
+    for g in groups:
+        k = seen.get(g.algo, 0)
+        seen[g.algo] = k + 1
+        out[g.label] = (palette[algos.index(g.algo) % len(palette)], ("-", "--", ":", "-.")[k % 4],
+                        ("", "//", "..", "xx")[k % 4])
+    return out
+
+
 def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     with open(tmp, "w", newline="") as f:
@@ -201,8 +218,14 @@ def write_figures(groups: Sequence[GroupCurves], levels: Sequence[str], out_dir:
       name -> path of every file written (``curves-<level>``, ``curves_csv``, ``bars``, ``bars_csv``,
       ``results``).
     """
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        from imaginejax.progress import MissingDependency
 
+        raise MissingDependency("figures need matplotlib, which is not installed: pip install 'imaginejax[figures]' "
+                                "(or pip install matplotlib), or skip them with --no-figures / "
+                                "--set report.figures=false") from None
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
 
@@ -213,6 +236,7 @@ def write_figures(groups: Sequence[GroupCurves], levels: Sequence[str], out_dir:
     written: dict[str, Path] = {}
     name = "IQM" if statistic == "iqm" else "mean"
 
+    styles = _styles(groups)
     curves = curve_rows(groups, levels, statistic, reps, seed)
     _write_csv(out / "curves.csv", curves)
     written["curves_csv"] = out / "curves.csv"
@@ -221,15 +245,17 @@ def write_figures(groups: Sequence[GroupCurves], levels: Sequence[str], out_dir:
         for group in groups:
             rows = [r for r in curves if r["group"] == group.label and r["level"] == level]
             x = [r["step"] for r in rows]
-            line, = ax.plot(x, [100 * r["point"] for r in rows], marker="o", markersize=3, label=group.label)
+            colour, dashes, _ = styles[group.label]
+            ax.plot(x, [100 * r["point"] for r in rows], color=colour, linestyle=dashes, marker="o",
+                    markersize=3, label=group.label)
             ax.fill_between(x, [100 * r["low"] for r in rows], [100 * r["high"] for r in rows],
-                            color=line.get_color(), alpha=0.2, linewidth=0)
+                            color=colour, alpha=0.15, linewidth=0)
         ax.set_xlabel("gradient updates")
         ax.set_ylabel(f"success rate (%), {name} over seeds")
         ax.set_title(f"{level}: {name} with 95 % stratified-bootstrap band")
         ax.set_ylim(-2, 102)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize="small")
+        ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
         path = out / f"curves-{level}.png"
         _save(fig, path)
         plt.close(fig)
@@ -238,21 +264,22 @@ def write_figures(groups: Sequence[GroupCurves], levels: Sequence[str], out_dir:
     bars = final_rows(groups, levels, statistic, reps, seed)
     _write_csv(out / "bars.csv", bars)
     written["bars_csv"] = out / "bars.csv"
-    fig, ax = plt.subplots(figsize=(max(6.4, 1.2 * len(levels) * max(1, len(groups)) / 2), 4.0))
+    fig, ax = plt.subplots(figsize=(min(16.0, max(6.4, 2.0 + 0.22 * len(levels) * len(groups))), 4.0))
     width = 0.8 / len(groups)
     centres = np.arange(len(levels))
     for g, group in enumerate(groups):
         rows = [next(r for r in bars if r["group"] == group.label and r["level"] == lv) for lv in levels]
         point = np.asarray([100 * r["point"] for r in rows])
         err = np.asarray([[100 * (r["point"] - r["low"]) for r in rows], [100 * (r["high"] - r["point"]) for r in rows]])
-        ax.bar(centres - 0.4 + (g + 0.5) * width, point, width, yerr=np.maximum(err, 0), capsize=3,
-               label=group.label)
+        colour, _, hatch = styles[group.label]
+        ax.bar(centres - 0.4 + (g + 0.5) * width, point, width, yerr=np.maximum(err, 0), capsize=2,
+               color=colour, hatch=hatch, edgecolor="white", label=group.label)
     ax.set_xticks(centres, list(levels))
     ax.set_ylabel(f"final success rate (%), {name} over seeds")
     ax.set_title("final evaluation, 95 % stratified-bootstrap intervals")
     ax.set_ylim(0, 105)
     ax.grid(alpha=0.3, axis="y")
-    ax.legend(fontsize="small")
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
     _save(fig, out / "bars.png")
     plt.close(fig)
     written["bars"] = out / "bars.png"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -130,3 +131,13 @@ def test_missing_sweep_and_empty_metrics_are_reported(tmp_path):
     (tmp_path / "s" / "sweep.json").write_text(json.dumps({"runs": [], "algo": "bc"}))
     with pytest.raises(ValueError, match="no records yet"):
         figures.load_curves([tmp_path / "s"])
+
+
+def test_missing_matplotlib_names_the_install(tmp_path, monkeypatch):
+    from imaginejax.progress import MissingDependency
+
+    write_sweep(tmp_path / "sweep")
+    groups, levels = figures.load_curves([tmp_path / "sweep"])
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # makes the import fail like a missing package
+    with pytest.raises(MissingDependency, match=r"pip install 'imaginejax\[figures\]'.*report\.figures=false"):
+        figures.write_figures(groups, levels, tmp_path / "fig", reps=10)
