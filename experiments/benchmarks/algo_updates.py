@@ -210,19 +210,12 @@ def random_transitions(key: jax.Array, shapes: ShapeSet, size: int) -> Transitio
 Binder = Callable[[Any, Transitions, Transitions], Any]
 
 
-def dataset_binder(name: str, algo: Algorithm) -> Binder | None:
-    """How an algorithm that reads the datasets itself (PRDC) gets them inside the compiled call: its
-    record's ``bind_data`` hook, exactly as the engine applies it (None for the others)."""
-    del name
-    return algo.bind_data
-
-
 def engine_step(algo: Algorithm, batch_size: int, bind: Binder | None = None) -> Callable:
     """One update of one run as the engine's inner loop does it.
 
     (state, key, hp, real, imag) -> (state, key, metrics): the key is split into (next key, batch key,
     update key); the batch is ``sample_mixed(real, imag)`` at ratio 0 (``imag`` a one-row placeholder, as
-    the engine passes for real-only training); ``bind`` (see :func:`dataset_binder`) first binds the
+    the engine passes for real-only training); ``bind`` (the record's ``bind_data``, as the engine applies it) first binds the
     datasets into ``hp``.
     """
     def step(state: Any, key: jax.Array, hp: Any, real: Transitions, imag: Transitions):
@@ -331,7 +324,7 @@ def build_jax(name: str, shapes: ShapeSet, setting: Setting, seeds: int, updates
     """Compiles the R-run, N-update call of ``name`` and runs it once (untimed warm-up)."""
     spec = shapes.spec
     algo = algos.make(name, spec, setting.net)
-    bind = dataset_binder(name, algo)
+    bind = algo.bind_data
     data = (data, placeholder_like(data))
     hp = broadcast_runs(algo.default_hp(spec), seeds)
     init_keys, run_keys = jnp.split(jax.random.split(jax.random.PRNGKey(0), 2 * seeds), 2)
@@ -430,7 +423,7 @@ def measure_pair(name: str, shapes: ShapeSet, setting: Setting, args: argparse.N
                  data: Transitions, worker: D3rlpyWorker | None, log: Callable[[str], None]) -> dict[str, Any]:
     """All seed counts of one (algorithm, action space) pair, JAX and d3rlpy alternating."""
     algo = algos.make(name, shapes.spec, setting.net)
-    flops = update_flops(algo, shapes, setting.batch_size, data, dataset_binder(name, algo))
+    flops = update_flops(algo, shapes, setting.batch_size, data, algo.bind_data)
     updates = args.updates or auto_updates(flops["matmul"], peak, args.target_seconds)
     log(f"{name} {shapes.name}: batch {setting.batch_size}, {flops['matmul'] / 1e6:,.1f} matmul MFLOP/update, "
         f"N = {updates}")
