@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import importlib
 import json
 import sys
 import time
@@ -71,21 +70,16 @@ def log_stderr(message: str) -> None:
 # Real (expert) data
 # ---------------------------------------------------------------------------------------------------
 def expert_policy(env_name: str, epsilon: float) -> Policy:
-    """The scripted expert of environment ``env_name`` as a collection policy.
-
-    Found by convention: ``imaginejax.envs.<env_name>.expert`` provides ``ExpertConfig(epsilon=...)`` and
-    ``make_policy(config)``.
+    """The expert of environment ``env_name`` as a collection policy (:func:`imaginejax.envs.expert_policy`;
+    ``epsilon`` is its noise: a random-action probability, or an action-noise std for continuous actions).
 
     Raises:
-      ConfigError: the environment ships no such expert.
+      ConfigError: the environment ships no expert.
     """
     try:
-        module = importlib.import_module(f"imaginejax.envs.{env_name}.expert")
-        return module.make_policy(module.ExpertConfig(epsilon=epsilon))
-    except (ImportError, AttributeError, TypeError) as error:
-        raise ConfigError(f"no expert collection policy for {env_name!r}: expected imaginejax.envs.{env_name}.expert "
-                          f"with ExpertConfig(epsilon=...) and make_policy(config) ({type(error).__name__}: {error}); "
-                          "collect the real data yourself and pass it with --real") from None
+        return envs.expert_policy(env_name, epsilon)
+    except ValueError as error:
+        raise ConfigError(f"{error}; or pass real data with --real") from None
 
 
 def _collection_record(env_name: str, level: str, episodes: int, seed: int, epsilon: float,
@@ -356,8 +350,8 @@ def train_algorithm(config: Config, name: str, spec: Spec, eval_levels: dict[str
     try:
         result = run_sweep(trainer, sweep, base_hp, real, imag,
                            memory_budget=(t.memory_budget_mb << 20) if t.memory_budget_mb else None,
-                           run_dir=run_dir, log=progress, checkpoint_dir=run_dir / "checkpoints",
-                           checkpoint_every=t.checkpoint_every, keep_checkpoints=t.keep_checkpoints, resume=True)
+                           run_dir=run_dir, log=progress, on_interval=progress.interval,
+                           checkpoint_dir=run_dir / "checkpoints", checkpoint_every=t.checkpoint_every, keep_checkpoints=t.keep_checkpoints, resume=True)
     finally:
         progress.close()
         sinks.close()

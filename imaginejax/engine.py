@@ -134,6 +134,33 @@ class TrainResult:
 
 
 @dataclasses.dataclass(frozen=True)
+class IntervalEvent:
+    """One interval of one chunk of runs, for monitors (``on_interval`` of :meth:`Trainer.train`).
+
+    Attributes:
+      chunk: index of the chunk of the run axis (0 when the sweep is not chunked).
+      runs: the chunk's global run indices (R_c,).
+      interval: intervals of this chunk now done (1-based count).
+      num_intervals: N, intervals per run.
+      step: gradient updates per run done (``interval * updates_per_interval``).
+      seconds: wall clock of this interval (training + evaluation; the first includes compilation);
+        0 for a restored interval.
+      resumed: True for the one event sent after restoring a checkpoint (``interval`` intervals were done
+        by an earlier process, nothing was trained now).
+      message: the human-readable line the engine would otherwise send to ``log``.
+    """
+
+    chunk: int
+    runs: tuple[int, ...]
+    interval: int
+    num_intervals: int
+    step: int
+    seconds: float
+    resumed: bool
+    message: str
+
+
+@dataclasses.dataclass(frozen=True)
 class MemoryEstimate:
     """Bytes needed to train runs on one device: ``shared + per_run × runs_on_the_device``.
 
@@ -346,7 +373,8 @@ class Trainer:
               *, mesh: Mesh | None | Literal["auto"] = "auto", runs_per_chunk: int | None = None,
               checkpoint_dir: str | os.PathLike[str] | None = None, checkpoint_every: int = 1,
               keep_checkpoints: int = 2, resume: bool = False,
-              run_dir: str | os.PathLike[str] | None = None) -> TrainResult:
+              run_dir: str | os.PathLike[str] | None = None,
+              on_interval: Callable[[IntervalEvent], None] | None = None) -> TrainResult:
         """Trains R runs for ``config.num_intervals`` intervals, evaluating after each.
 
         Args:
@@ -366,6 +394,11 @@ class Trainer:
           resume: continue from the newest checkpoints in ``checkpoint_dir``. Without it a non-empty
             ``checkpoint_dir`` is refused, so a finished sweep is never silently overwritten.
           run_dir: where ``metrics.jsonl`` / ``metrics.csv`` go (:mod:`imaginejax.runlog`); None: nowhere.
+          on_interval: receives an :class:`IntervalEvent` after every interval of every chunk (and one
+            with ``resumed=True`` per restored chunk). When given, the per-interval line goes to it
+            (``event.message``) instead of ``log``, so a monitor that renders intervals itself (e.g.
+            :class:`imaginejax.progress.IntervalProgress`) is not sent them twice; other lines (resume,
+            non-finite runs) still go to ``log``.
 
         Returns:
           A :class:`TrainResult` over the R runs in their order.
@@ -406,7 +439,7 @@ class Trainer:
             outputs.append(self._train_chunk(
                 c, runs, keys, hp, ratio, shared, mesh, num_devices, log,
                 None if checkpoint_dir is None else Path(checkpoint_dir) / f"chunk-{c:03d}",
-                checkpoint_every, keep_checkpoints, resume, metrics_log))
+                checkpoint_every, keep_checkpoints, resume, metrics_log, on_interval))
         return _concatenate(outputs)
 
     # -- one chunk ----------------------------------------------------------------------------
@@ -422,7 +455,8 @@ class Trainer:
     def _train_chunk(self, chunk_index: int, runs: np.ndarray, keys: np.ndarray, hp: PyTree,
                      ratio: np.ndarray, shared: tuple, mesh: Mesh | None, num_devices: int,
                      log: Callable[[str], None] | None, checkpoint_dir: Path | None, checkpoint_every: int,
-                     keep: int, resume: bool, metrics_log: MetricsLog | None) -> TrainResult:
+                     keep: int, resume: bool, metrics_log: MetricsLog | None,
+                     on_interval: Callable[[IntervalEvent], None] | None = None) -> TrainResult:
         cfg = self.config
         n = len(runs)
         multiple = num_devices * (cfg.run_block or 1)
@@ -452,8 +486,12 @@ class Trainer:
             state = _place(unflatten_named(arrays, target, "state", path), run_sharding)
             done = int(manifest["interval"])
             history, frozen_at, task_success = _history_from_arrays(arrays, manifest["meta"], done)
+            message = f"resumed chunk {chunk_index} from {path} ({done}/{cfg.num_intervals} intervals done)"
             if log is not None:
-                log(f"resumed chunk {chunk_index} from {path} ({done}/{cfg.num_intervals} intervals done)")
+                log(message)
+            if on_interval is not None:
+                on_interval(IntervalEvent(chunk_index, tuple(int(r) for r in runs), done, cfg.num_intervals,
+                                          done * cfg.updates_per_interval, 0.0, True, message))
             if metrics_log is not None:
                 metrics_log.truncate(chunk_index, done)
         elif metrics_log is not None:
@@ -475,15 +513,21 @@ class Trainer:
             history["success"].append({lv: np.asarray(results[lv].success_rate) for lv in self.levels})
             history["returns"].append({lv: np.asarray(results[lv].mean_return) for lv in self.levels})
             task_success = {lv: np.asarray(results[lv].task_success) for lv in self.levels}
-            if log is not None:
+            if log is not None or on_interval is not None:
                 real_runs = slice(0, n)
                 ups = n * cfg.updates_per_interval / seconds
                 succ = "  ".join(f"{lv} {100 * np.mean(history['success'][-1][lv][real_runs]):5.1f}%"
                                  for lv in self.levels)
                 loss = np.nanmean(metrics["loss"][real_runs]) if "loss" in metrics else float("nan")
                 prefix = f"chunk {chunk_index} " if chunk_index or len(runs) < keys.shape[0] else ""
-                log(f"{prefix}[{i + 1}/{cfg.num_intervals}] step {step:>7}  loss {loss:.4f}  "
-                    f"success {succ}  ({seconds:.1f}s, {ups:,.0f} updates/s over {n} runs)")
+                message = (f"{prefix}[{i + 1}/{cfg.num_intervals}] step {step:>7}  loss {loss:.4f}  "
+                           f"success {succ}  ({seconds:.1f}s, {ups:,.0f} updates/s over {n} runs)")
+                if on_interval is not None:
+                    on_interval(IntervalEvent(chunk_index, tuple(int(r) for r in runs), i + 1,
+                                              cfg.num_intervals, step, seconds, False, message))
+                elif log is not None:
+                    log(message)
+            if log is not None:
                 for j in np.flatnonzero(newly[:n]):
                     log(f"run {runs[j]} went non-finite in interval {i + 1}: frozen at its state after "
                         f"interval {i} (other runs unaffected)")

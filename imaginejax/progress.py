@@ -1,9 +1,9 @@
 """Progress over training intervals with throughput, and optional metric sinks (TensorBoard, W&B).
 
-:class:`IntervalProgress` is a log sink for :meth:`imaginejax.engine.Trainer.train` /
-:func:`imaginejax.sweep.run_sweep` (their ``log=`` argument). The engine reports each finished interval
-with one line (``[i/N] step … (Xs, … updates/s over n runs)``, prefixed ``chunk c`` when the run axis is
-chunked); the sink recognises those lines and shows
+:class:`IntervalProgress` monitors :meth:`imaginejax.engine.Trainer.train` /
+:func:`imaginejax.sweep.run_sweep`: it receives each finished interval as a structured
+:class:`~imaginejax.engine.IntervalEvent` (their ``on_interval=`` argument) and other lines as text (``log=``),
+and shows
 
     <label> [#######-----] 7/10 intervals · 1,234 updates/s · 56,789 env steps/s · ETA 0:42
 
@@ -14,9 +14,6 @@ logs: no carriage returns, no spam); ``off`` prints nothing; ``auto`` is ``bar``
 terminal, else ``lines``. Other engine lines (resume, non-finite runs) are printed as they come. Every
 line the engine sends is also appended to ``log_file`` when one is given.
 
-Line formats are the engine's; a line this module does not recognise is printed unchanged, so a format
-change degrades the display, never the run.
-
 :class:`MetricSinks` mirrors a run directory's ``metrics.jsonl`` (:mod:`imaginejax.runlog`) into
 TensorBoard event files (``tensorboardX``) and/or Weights & Biases (``wandb``, offline unless asked
 otherwise). Both are optional dependencies, imported only when enabled; a missing package raises
@@ -26,7 +23,6 @@ otherwise). Both are optional dependencies, imported only when enabled; a missin
 from __future__ import annotations
 
 import os
-import re
 import sys
 import time
 from pathlib import Path
@@ -34,9 +30,6 @@ from typing import Any, Callable, Literal, Mapping, TextIO
 
 ProgressMode = Literal["auto", "bar", "lines", "off"]
 
-_INTERVAL = re.compile(r"^(?:chunk (\d+) )?\[(\d+)/(\d+)\] step\s+(\d+)\s.* over (\d+) runs\)$")
-_SWEEP = re.compile(r"-> (\d+) chunk\(s\) of <= (\d+) runs")
-_RESUMED = re.compile(r"^resumed chunk (\d+) from .* \((\d+)/(\d+) intervals done\)")
 
 
 def format_seconds(seconds: float) -> str:
@@ -48,7 +41,11 @@ def format_seconds(seconds: float) -> str:
 
 
 class IntervalProgress:
-    """A ``log`` callable for the engine that displays progress over intervals (see the module docstring).
+    """Displays progress over intervals (see the module docstring) from the engine's events.
+
+    Use it as both sinks of :meth:`imaginejax.engine.Trainer.train` / :func:`imaginejax.sweep.run_sweep`:
+    ``log=progress`` (free-form lines: sweep plan, resume, non-finite runs) and
+    ``on_interval=progress.interval`` (one :class:`~imaginejax.engine.IntervalEvent` per interval per chunk).
 
     Args:
       label: shown in front of the bar (e.g. the algorithm name).
@@ -58,8 +55,8 @@ class IntervalProgress:
       eval_steps_per_run: environment steps of one evaluation of one run (all levels).
       mode: see :data:`ProgressMode`.
       stream: where the display goes (default stderr).
-      log_file: every received line is appended here (None: nowhere).
-      on_interval: called after each recognised interval line (e.g. :meth:`MetricSinks.sync`).
+      log_file: every line and every interval's message is appended here (None: nowhere).
+      on_interval: called after each trained interval (e.g. :meth:`MetricSinks.sync`).
     """
 
     def __init__(self, label: str, num_runs: int, num_intervals: int, updates_per_interval: int,
@@ -74,30 +71,44 @@ class IntervalProgress:
         self.num_runs, self.num_intervals = num_runs, num_intervals
         self.updates_per_interval, self.eval_steps_per_run = updates_per_interval, eval_steps_per_run
         self.total = num_runs * num_intervals  # run-intervals
-        self.done = 0
-        self.runs_per_chunk = num_runs
+        self.chunks: dict[int, int] = {}  # chunk -> run-intervals done (incl. restored ones)
         self.log_file = None if log_file is None else Path(log_file)
         self.on_interval = on_interval
-        self.start = self.last_tick = time.perf_counter()
+        self.start = time.perf_counter()
         self.worked = 0  # run-intervals trained by this process (for the ETA)
         self.last_status = ""
 
-    # -- the log sink -------------------------------------------------------------------------
-    def __call__(self, line: str) -> None:
-        """Receives one engine line."""
+    @property
+    def done(self) -> int:
+        """Run-intervals done over all chunks, restored ones included."""
+        return sum(self.chunks.values())
+
+    def _record(self, line: str) -> None:
         if self.log_file is not None:
             with open(self.log_file, "a", encoding="utf-8") as f:
                 f.write(line + "\n")
-        match = _INTERVAL.match(line)
-        if match is None:
-            self._note(line)
+
+    # -- the sinks ----------------------------------------------------------------------------
+    def __call__(self, line: str) -> None:
+        """Receives one free-form engine line: recorded and shown as it is."""
+        self._record(line)
+        if self.mode == "off":
             return
-        now = time.perf_counter()
-        interval, runs = int(match.group(2)), int(match.group(5))
-        seconds, self.last_tick = now - self.last_tick, now
-        self.done += runs
+        if self.mode == "bar" and self.last_status:
+            self.stream.write("\r\033[K" + line + "\n" + self.last_status)
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def interval(self, event: Any) -> None:
+        """Receives one :class:`~imaginejax.engine.IntervalEvent`."""
+        self._record(event.message)
+        runs = len(event.runs)
+        self.chunks[event.chunk] = event.interval * runs
+        if event.resumed:
+            return
         self.worked += runs
-        self.last_status = self.status(interval, runs, seconds, now - self.start)
+        self.last_status = self.status(event.interval, runs, event.seconds, time.perf_counter() - self.start)
         if self.mode == "bar":
             self.stream.write("\r\033[K" + self.last_status)
             self.stream.flush()
@@ -107,35 +118,19 @@ class IntervalProgress:
         if self.on_interval is not None:
             self.on_interval()
 
-    def _note(self, line: str) -> None:
-        sweep = _SWEEP.search(line)
-        if sweep is not None:
-            self.runs_per_chunk = int(sweep.group(2))
-        resumed = _RESUMED.match(line)
-        if resumed is not None:
-            chunk, intervals = int(resumed.group(1)), int(resumed.group(2))
-            first = chunk * self.runs_per_chunk
-            self.done += intervals * max(0, min(self.runs_per_chunk, self.num_runs - first))
-        if self.mode == "off":
-            return
-        if self.mode == "bar" and self.last_status:
-            self.stream.write("\r\033[K" + line + "\n" + self.last_status)
-        else:
-            self.stream.write(line + "\n")
-        self.stream.flush()
-
     # -- display ------------------------------------------------------------------------------
     def status(self, interval: int, runs: int, seconds: float, elapsed: float) -> str:
         """The one-line display after an interval of ``runs`` runs that took ``seconds`` of wall clock
-        (since the previous interval, so the first includes compilation), ``elapsed`` seconds in."""
+        (the first includes compilation), ``elapsed`` seconds in."""
         seconds = max(seconds, 1e-9)
         updates = runs * self.updates_per_interval / seconds
         env_steps = runs * self.eval_steps_per_run / seconds
         width = 20
-        filled = int(width * self.done / max(self.total, 1))
-        remaining = self.total - self.done
+        done = self.done
+        filled = int(width * done / max(self.total, 1))
+        remaining = self.total - done
         eta = elapsed / self.worked * remaining if self.worked else 0.0
-        return (f"{self.label} [{'#' * filled}{'-' * (width - filled)}] {self.done}/{self.total} run-intervals "
+        return (f"{self.label} [{'#' * filled}{'-' * (width - filled)}] {done}/{self.total} run-intervals "
                 f"(interval {interval}/{self.num_intervals}) · {updates:,.0f} updates/s · "
                 f"{env_steps:,.0f} env steps/s · elapsed {format_seconds(elapsed)} · ETA {format_seconds(eta)}")
 

@@ -294,6 +294,7 @@ def test_values_presets_and_overrides():
 
 def test_progress_bar_mode_redraws_one_line(monkeypatch):
     from imaginejax import progress
+    from imaginejax.engine import IntervalEvent
 
     clock = iter([0.0, 2.0])
     monkeypatch.setattr(progress.time, "perf_counter", lambda: next(clock))
@@ -301,7 +302,7 @@ def test_progress_bar_mode_redraws_one_line(monkeypatch):
     bar = progress.IntervalProgress("cql", num_runs=4, num_intervals=2, updates_per_interval=100,
                                     eval_steps_per_run=500, mode="bar", stream=stream)
     bar("sweep: 4 runs on 1 device(s); ... -> 1 chunk(s) of <= 4 runs")
-    bar("[1/2] step     100  loss 0.5000  success train  10.0%  (2.0s, 200 updates/s over 4 runs)")
+    bar.interval(IntervalEvent(0, (0, 1, 2, 3), 1, 2, 100, 2.0, False, "[1/2] step 100 ..."))
     text = stream.getvalue()
     # 4 runs × 100 updates in 2 s of wall clock; 4 × 500 evaluation steps in 2 s.
     assert "4/8 run-intervals" in text and "200 updates/s" in text and "1,000 env steps/s" in text

@@ -159,3 +159,34 @@ def test_damaged_or_foreign_checkpoints_are_refused(tmp_path):
     (latest / "manifest.json").write_text("{not json")
     with pytest.raises(CheckpointError, match=r"manifest\.json is missing or corrupted"):
         trainer.train(keys, hp, real, log=None, checkpoint_dir=ckpt, resume=True)
+
+
+def test_interval_events_drive_progress_over_chunks_and_resume(tmp_path):
+    import io
+
+    import jax
+    from imaginejax.algos.bc import BCHyperparams
+    from imaginejax.data.transitions import to_transitions
+    from imaginejax.progress import IntervalProgress
+    from toy_env import expert_dataset
+
+    trainer = _toy_trainer()
+    real = to_transitions(expert_dataset(32))
+    keys = jax.random.split(jax.random.PRNGKey(0), 3)
+    hp = BCHyperparams(learning_rate=jnp.full((3,), 1e-3, jnp.float32))
+    events, lines = [], []
+    trainer.train(keys, hp, real, log=lines.append, on_interval=events.append, runs_per_chunk=2, mesh=None,
+                  checkpoint_dir=tmp_path / "ckpt")
+    # 3 runs in chunks of 2 and 1, 2 intervals each: one event per interval per chunk, in order.
+    assert [(e.chunk, e.runs, e.interval, e.step, e.resumed) for e in events] == [
+        (0, (0, 1), 1, 5, False), (0, (0, 1), 2, 10, False), (1, (2,), 1, 5, False), (1, (2,), 2, 10, False)]
+    assert all(e.num_intervals == 2 and e.seconds > 0 for e in events)
+    assert not any("step" in line for line in lines)  # interval lines went to the events, not twice
+
+    stream = io.StringIO()
+    progress = IntervalProgress("bc", 3, 2, 5, 0, mode="lines", stream=stream)
+    trainer.train(keys, hp, real, log=progress, on_interval=progress.interval, runs_per_chunk=2, mesh=None,
+                  checkpoint_dir=tmp_path / "ckpt", resume=True)
+    # Resuming the finished sweep: one restored event per chunk, everything counted done, nothing trained.
+    assert progress.done == progress.total == 6 and progress.worked == 0
+    assert stream.getvalue().count("resumed chunk") == 2 and "updates/s" not in stream.getvalue()
