@@ -28,7 +28,19 @@ import typing
 from pathlib import Path
 from typing import Any, Literal, Mapping, Sequence
 
-PRESET_DIR = Path(__file__).resolve().parents[1] / "experiments" / "presets"
+
+
+def _preset_dir() -> Path:
+    """``experiments/presets``: the installed ``imaginejax.presets`` package (any install, editable or not),
+    else the source tree's folder (running from a checkout without installing)."""
+    try:
+        from imaginejax import presets
+    except ImportError:
+        return Path(__file__).resolve().parents[1] / "experiments" / "presets"
+    return Path(presets.__file__).resolve().parent
+
+
+PRESET_DIR = _preset_dir()
 
 
 class ConfigError(ValueError):
