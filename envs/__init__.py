@@ -70,4 +70,50 @@ def make(name: str, level: str, *, embed: bool = True, **options: Any) -> tuple[
     return _FACTORIES[name](level, embed, **options)
 
 
-__all__ = ["ENV_LEVELS", "make", "registered"]
+def _clevr_expert(noise: float) -> Callable:
+    from imaginejax.envs.clevr.expert import ExpertConfig, make_policy
+
+    return make_policy(ExpertConfig(epsilon=noise))
+
+
+def _babyai_expert(noise: float) -> Callable:
+    from imaginejax.envs.babyai.expert import ExpertConfig, make_policy
+
+    return make_policy(ExpertConfig(epsilon=noise))
+
+
+def _metaworld_expert(noise: float) -> Callable:
+    from imaginejax.envs.metaworld.expert import expert_policy as metaworld_expert
+
+    return metaworld_expert(noise)
+
+
+# name -> factory(noise) of the environment's expert collection policy.
+_EXPERTS: dict[str, Callable[[float], Callable]] = {
+    "clevr": _clevr_expert, "babyai": _babyai_expert, "metaworld": _metaworld_expert}
+
+
+def expert_policy(name: str, noise: float = 0.0) -> Callable:
+    """The environment's expert as a collection policy ``policy(key, obs, state, params) -> actions``
+    (:data:`imaginejax.data.collect.Policy`), for every task of every level.
+
+    Args:
+      name: registry key.
+      noise: data diversity. Discrete environments: ε, the probability of replacing the expert's action
+        by a uniformly random one. Continuous environments: the standard deviation of Gaussian noise
+        added to the expert's action (clipped to the action box).
+
+    Raises:
+      ValueError: an unknown environment, or one without an expert (naming those that have one).
+    """
+    if name not in _FACTORIES:
+        raise ValueError(f"unknown environment {name!r}; valid names: {', '.join(registered())}")
+    if name not in _EXPERTS:
+        raise ValueError(f"environment {name!r} has no expert policy (experts: {', '.join(sorted(_EXPERTS))}); "
+                         "collect data with your own policy (imaginejax.data.collect)")
+    if not noise >= 0.0:
+        raise ValueError(f"noise must be >= 0, got {noise}")
+    return _EXPERTS[name](float(noise))
+
+
+__all__ = ["ENV_LEVELS", "expert_policy", "make", "registered"]

@@ -40,7 +40,6 @@ the vector environment takes an int or an (num_envs,) array for each.
 
 from __future__ import annotations
 
-import importlib
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -384,14 +383,15 @@ def make_vec(name: str, level: str = "train", num_envs: int = 1, **kwargs: Any) 
     return ImagineVectorEnv(name, level, num_envs, **kwargs)
 
 
-def _expert_policy(name: str) -> Any:
+def _collection_expert(name: str) -> Any:
+    """The environment's expert with the collection noise of :func:`get_dataset` (0.1)."""
+    from imaginejax.envs import expert_policy
+
     try:
-        module = importlib.import_module(f"imaginejax.envs.{name}.expert")
-    except ModuleNotFoundError as err:
-        raise FileNotFoundError(f"no real dataset for {name!r} and no scripted expert to collect one "
-                                f"(imaginejax.envs.{name}.expert); save one with imaginejax.data.save_dataset "
-                                "where get_dataset looks (data_dir)") from err
-    return module.make_policy(module.ExpertConfig(epsilon=0.1))
+        return expert_policy(name, 0.1)
+    except ValueError as err:
+        raise FileNotFoundError(f"no real dataset for {name!r} and {err}; save one with "
+                                "imaginejax.data.save_dataset where get_dataset looks (data_dir)") from err
 
 
 def get_dataset(name: str, level: str, *, embed: bool = True, data_dir: str | os.PathLike[str] | None = None,
@@ -436,7 +436,7 @@ def get_dataset(name: str, level: str, *, embed: bool = True, data_dir: str | os
         from imaginejax.data.collect import collect
 
         env, params = registry.make(name, "train", embed=embed)
-        real = collect(env, params, _expert_policy(name), jax.random.PRNGKey(seed), num_real,
+        real = collect(env, params, _collection_expert(name), jax.random.PRNGKey(seed), num_real,
                        source="real", policy_name=f"{name}-expert", progress=False)
         save_dataset(real, real_dir)
     else:

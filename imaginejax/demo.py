@@ -19,7 +19,6 @@ lands; the table's second row is the bound it is measured against.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import sys
 import time
@@ -32,12 +31,9 @@ import numpy as np
 from imaginejax import envs
 from imaginejax.algos.base import Spec
 from imaginejax.algos.bc import BCHyperparams, make_bc
-from imaginejax.data import (LEVELS, TrajectoryDataset, concat_transitions, load_dataset, save_dataset,
-                             to_transitions)
-from imaginejax.data.collect import collect
+from imaginejax.data import LEVELS, TrajectoryDataset, concat_transitions, to_transitions
 from imaginejax.engine import EngineConfig, TrainResult, make_train
 from imaginejax.evaluation import evaluate
-from imaginejax.envs.clevr.expert import ExpertConfig, make_policy
 from imaginejax.paths import cache_root
 
 NOVEL_LEVELS = ("rephrase", "easy", "hard")
@@ -48,28 +44,11 @@ def _log(msg: str) -> None:
 
 
 def cached_expert_data(level: str, num: int, seed: int, epsilon: float, root: Path) -> TrajectoryDataset:
-    """Expert trajectories of one CLEVR level, collected once and then read from ``root``.
+    """CLEVR expert trajectories of one level, collected once and then read from ``root``
+    (:func:`imaginejax.bench.cached_expert_data`)."""
+    from imaginejax.bench import cached_expert_data as cached
 
-    Args:
-      level: task level.
-      num: number of trajectories N.
-      seed: collection seed.
-      epsilon: the expert's random-action probability (data diversity).
-      root: cache directory.
-    """
-    tag = hashlib.sha256(json.dumps([level, num, seed, epsilon, 1]).encode()).hexdigest()[:12]
-    path = root / f"clevr-{level}-real-{num}-{tag}"
-    if (path / "manifest.json").exists():
-        _log(f"  {level}: reading {num} cached trajectories from {path}")
-        return load_dataset(path)
-    env, params = envs.make("clevr", level)
-    start = time.perf_counter()
-    ds = collect(env, params, make_policy(ExpertConfig(epsilon=epsilon)), jax.random.PRNGKey(seed), num,
-                 source="real")
-    _log(f"  {level}: collected {num} expert trajectories ({ds.num_transitions} steps, "
-         f"{ds.terminals.any(1).mean():.0%} successful) in {time.perf_counter() - start:.0f}s")
-    save_dataset(ds, path)
-    return ds
+    return cached("clevr", level, num, seed, epsilon, root, log=_log)
 
 
 def random_policy_success(eval_levels: dict, num_actions: int, episodes: int, seeds: int) -> dict:

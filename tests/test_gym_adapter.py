@@ -130,3 +130,14 @@ def test_get_dataset_serves_the_reference_layout(tmp_path: Path) -> None:
     np.testing.assert_array_equal(ours.states, real.states)
     with pytest.raises(FileNotFoundError):
         gym_adapter.get_dataset("clevr", "train", data_dir=tmp_path, collect_missing=False)
+
+
+def test_expert_policy_registry_names_the_environments_with_experts():
+    from imaginejax import envs
+
+    for name in ("clevr", "babyai", "metaworld"):
+        assert callable(envs.expert_policy(name, 0.1))
+    with pytest.raises(ValueError, match="unknown environment 'nope'.*valid names: babyai"):
+        envs.expert_policy("nope")
+    with pytest.raises(ValueError, match="noise must be >= 0"):
+        envs.expert_policy("clevr", -0.5)
