@@ -6,7 +6,9 @@
 
 from __future__ import annotations
 
-from typing import Callable
+import dataclasses
+import inspect
+from typing import Any, Callable, Mapping
 
 from imaginejax.algos.base import Algorithm, Spec
 from imaginejax.algos.bc import make_bc
@@ -35,15 +37,49 @@ def registered(discrete: bool | None = None) -> tuple[str, ...]:
     return tuple(sorted(n for n, v in _REGISTRY.items() if discrete is None or discrete in v))
 
 
-def make(name: str, spec: Spec, net: NetConfig | None = None) -> Algorithm:
+def _static_option(factory: Callable, name: str, key: str, value: Any) -> Any:
+    """``value`` for the factory's keyword ``key``; a table for a dataclass-valued keyword (e.g. COMBO's
+    ``config``) replaces the named fields of its default, recursively."""
+    default = inspect.signature(factory).parameters[key].default
+    if not (dataclasses.is_dataclass(default) and isinstance(value, Mapping)):
+        return value
+    fields = {f.name for f in dataclasses.fields(default)}
+    updates = {}
+    for field, sub in value.items():
+        if field not in fields:
+            raise ValueError(f"algorithm {name!r}: option {key}.{field} does not exist; valid fields of "
+                             f"{type(default).__name__}: {', '.join(sorted(fields))}")
+        current = getattr(default, field)
+        if dataclasses.is_dataclass(current) and isinstance(sub, Mapping):
+            sub = dataclasses.replace(current, **sub)
+        updates[field] = sub
+    return dataclasses.replace(default, **updates)
+
+
+def static_options(name: str, discrete: bool | None = None) -> tuple[str, ...]:
+    """The static keyword options :func:`make` accepts for ``name`` in that action space (None: in any
+    of its variants). They fix compiled shapes, unlike the traced hyperparameters of ``default_hp``."""
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown algorithm {name!r}; valid names: {', '.join(registered())}")
+    factories = [f for d, f in _REGISTRY[name].items() if discrete is None or d == discrete]
+    names = [k for f in factories for k in list(inspect.signature(f).parameters)[2:]]
+    return tuple(dict.fromkeys(names))
+
+
+def make(name: str, spec: Spec, net: NetConfig | None = None, **options: Any) -> Algorithm:
     """Builds the algorithm ``name`` for an environment interface ``spec`` with static shapes ``net``.
 
     The variant (discrete or continuous actions) follows ``spec.discrete``. With ``net=None`` each
     algorithm uses its reference network (e.g. 3×256 heads for continuous CQL, 2×256 for TD3+BC).
 
+    Args:
+      name, spec, net: as above.
+      **options: static keyword arguments of the variant's factory (:func:`static_options`), e.g.
+        ``config={"rollout_batch": 5000}`` for COMBO (a mapping replaces fields of a dataclass default).
+
     Raises:
-      ValueError: an unknown name (the message lists the valid ones) or an action space the algorithm
-        does not support (the message lists those that do).
+      ValueError: an unknown name (the message lists the valid ones), an action space the algorithm
+        does not support (the message lists those that do), or an unknown option (listing the valid ones).
     """
     if name not in _REGISTRY:
         raise ValueError(f"unknown algorithm {name!r}; valid names: {', '.join(registered())}")
@@ -53,7 +89,15 @@ def make(name: str, spec: Spec, net: NetConfig | None = None) -> Algorithm:
         raise ValueError(f"algorithm {name!r} has no {kind}-action version; for {kind} actions use: "
                          f"{', '.join(registered(spec.discrete))}")
     factory = variants[spec.discrete]
-    return factory(spec) if net is None else factory(spec, net)
+    valid = static_options(name, spec.discrete)
+    unknown = sorted(set(options) - set(valid))
+    if unknown:
+        raise ValueError(f"algorithm {name!r} ({'discrete' if spec.discrete else 'continuous'}) has no option "
+                         f"{', '.join(unknown)}; valid options: {', '.join(valid) or 'none'}")
+    kwargs = {k: _static_option(factory, name, k, v) for k, v in options.items()}
+    if net is not None:
+        kwargs["net"] = net
+    return factory(spec, **kwargs)
 
 
-__all__ = ["Algorithm", "NetConfig", "Spec", "make", "registered"]
+__all__ = ["Algorithm", "NetConfig", "Spec", "make", "registered", "static_options"]

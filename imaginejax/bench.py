@@ -317,7 +317,10 @@ def train_algorithm(config: Config, name: str, spec: Spec, eval_levels: dict[str
     t = config.train
     settings = t.algo.get(name)
     net = NetConfig(encoder_width=t.encoder_width, hidden=tuple(t.hidden)) if t.encoder_width else None
-    algo = algo_registry.make(name, spec, net)
+    try:
+        algo = algo_registry.make(name, spec, net, **(settings.options if settings is not None else {}))
+    except (ValueError, TypeError) as error:
+        raise ConfigError(f"train.algo.{name}.options: {error}") from None
     batch_size = settings.batch_size if settings is not None and settings.batch_size else t.batch_size
     engine = EngineConfig(batch_size=batch_size, updates_per_interval=t.updates // t.intervals,
                           num_intervals=t.intervals, eval_episodes=t.eval_episodes, run_block=t.run_block or None)

@@ -91,6 +91,9 @@ class AlgoConfig:
     batch_size: int = _field(0, "batch size for this algorithm (0 = train.batch_size)")
     hp: dict[str, float] = _field({}, "fixed hyperparameters (names as in the algorithm's hp pytree)")
     sweep: dict[str, tuple[float, ...]] = _field({}, "hyperparameter name -> values swept as a grid")
+    options: dict[str, Any] = _field({}, "static options that fix compiled shapes "
+                                         "(imaginejax.algos.static_options), e.g. for combo "
+                                         "{config = {rollout_batch = 5000}}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -418,6 +421,12 @@ def validate(config: Config) -> None:
         if name not in known:
             where = "train.algos" if name in train.algos else f"train.algo.{name}"
             raise ConfigError(f"{where}: unknown algorithm {name!r}; registered: {', '.join(known)}")
+    for name, settings in train.algo.items():
+        valid = set(algos.static_options(name))
+        for option in settings.options:
+            if option not in valid:
+                raise ConfigError(f"train.algo.{name}.options.{option}: {name} has no such static option; "
+                                  f"valid: {', '.join(sorted(valid)) or 'none'}")
     for name, settings in train.algo.items():
         if settings.batch_size < 0:
             raise ConfigError(f"train.algo.{name}.batch_size must be >= 0 (0 = train.batch_size)")

@@ -17,6 +17,7 @@ import struct
 import sys
 from pathlib import Path
 
+import jax
 import numpy as np
 import pytest
 
@@ -371,3 +372,24 @@ def test_imagine_writes_imaginary_datasets_and_reuses_them(bench_run):
     status, stdout2, err2 = run(argv)
     assert status == 0 and stdout2 == stdout
     assert err2.count("reading imaginary rollouts written by these weights") == 2
+
+
+def test_static_algorithm_options_reach_the_factory_and_bad_ones_are_named():
+    from imaginejax import algos
+    from imaginejax.algos.base import Spec
+    from imaginejax.algos.combo import ComboConfig
+
+    spec = Spec(state_dim=6, embed_dim=0, discrete=True, action_dim=4)
+    # COMBO's model buffer is a compiled shape: 2,000 start states per window × 5 windows kept.
+    small = algos.make("combo", spec, config={"rollout_batch": 2000, "dynamics": {"ensemble_size": 6}})
+    full = algos.make("combo", spec)
+    rows = lambda algo: jax.eval_shape(lambda k: algo.init(k, spec, algo.default_hp(spec)),
+                                       jax.random.PRNGKey(0)).buffer.valid.shape[0]
+    assert rows(small) == 5 * 2000 and rows(full) == 5 * ComboConfig().rollout_batch
+    with pytest.raises(ValueError, match=r"config\.rollout_bach does not exist; valid fields of ComboConfig"):
+        algos.make("combo", spec, config={"rollout_bach": 1})
+    with pytest.raises(ValueError, match="has no option nope; valid options: config, terminal_fn, double_q"):
+        algos.make("combo", spec, nope=1)
+    assert load_config("clevr-quick").train.algo["combo"].options == {"config": {"rollout_batch": 2000}}
+    with pytest.raises(ConfigError, match=r"train\.algo\.bc\.options\.x: bc has no such static option"):
+        load_config("clevr-quick", ["train.algo.bc.options={x=1}"])
