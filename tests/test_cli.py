@@ -278,10 +278,12 @@ def test_values_presets_and_overrides():
     from imaginejax.algos.base import Spec
     from imaginejax.sweep import Sweep
 
-    spec = Spec(state_dim=10, embed_dim=384, discrete=True, action_dim=40)
+    discrete = {"clevr": True, "babyai": True, "cheetah": False, "metaworld": False}
     for preset in config_lib.available_presets():
-        for name, settings in load_config(preset).train.algo.items():
-            hp = algos.make(name, spec).default_hp(spec)
+        cfg = load_config(preset)
+        spec = Spec(state_dim=10, embed_dim=384, discrete=discrete[cfg.data.env], action_dim=4)
+        for name, settings in cfg.train.algo.items():
+            hp = algos.make(name, spec, **settings.options).default_hp(spec)
             grid = {k: [v] for k, v in settings.hp.items()} | {k: list(v) for k, v in settings.sweep.items()}
             Sweep.grid(seeds=1, hp=grid).build(hp)
     assert reference.train.algo["cql"].hp == {"learning_rate": 6.25e-5, "alpha": 10.0, "target_update_interval": 8000.0}
