@@ -82,6 +82,12 @@ def _babyai_expert(noise: float) -> Callable:
     return make_policy(ExpertConfig(epsilon=noise))
 
 
+def _cheetah_expert(noise: float) -> Callable:
+    from imaginejax.envs.cheetah.expert import expert_policy as cheetah_expert
+
+    return cheetah_expert(noise)
+
+
 def _metaworld_expert(noise: float) -> Callable:
     from imaginejax.envs.metaworld.expert import expert_policy as metaworld_expert
 
@@ -90,7 +96,7 @@ def _metaworld_expert(noise: float) -> Callable:
 
 # name -> factory(noise) of the environment's expert collection policy.
 _EXPERTS: dict[str, Callable[[float], Callable]] = {
-    "clevr": _clevr_expert, "babyai": _babyai_expert, "metaworld": _metaworld_expert}
+    "clevr": _clevr_expert, "babyai": _babyai_expert, "cheetah": _cheetah_expert, "metaworld": _metaworld_expert}
 
 
 def expert_policy(name: str, noise: float = 0.0) -> Callable:

@@ -24,13 +24,31 @@ CQL's with the conservative term removed and the entropy term kept in the target
     L(log α) = −log α · E[log π(ã|o) + H̄],  H̄ = −6.
 
 Parameters are saved with :mod:`imaginejax.checkpoint` (the project's atomic, checksummed writer).
+
+**The two-leg hard tasks are composed, not learned.** Trained on "forward then backward" directly, the
+policy settles in a local optimum: it rears up (pitch ≈ 1.2 rad) and shuffles forward ≈ 2.5 m in 200
+steps, so the forward leg (> 30 forward steps summing to > 3 m) is never done and the task never
+succeeds (0 %). Switching the learned *run* skills at the leg boundary is not enough either (≈ 75–90 %):
+after a full-speed forward run, the run-backward skill lands in that same reared-up pose. What works
+(98–100 % both ways in every measurement, 50–200 episodes per task; see :func:`skill_inputs`) is to do the first leg with the *jump* skill of that
+direction, whose speed term is capped at 1 m/s so the cheetah is slow when the leg is done, then the
+second leg with the *run* skill of the other direction, seeing the steps and distance of its own leg.
+The composition is a pure function of (progress, t, goal); :func:`expert_action` applies it for every
+task (the identity on the seven other goals), so data collection has one policy for all nine tasks.
+
+**Packaged weights.** The trained actor ships as ``assets/cheetah_sac_actor.npz`` (float32, ≈ 130 KB,
+SHA-256 :data:`PACKAGED_SHA256`): :func:`expert_policy` collects data on a fresh machine without
+training. Regenerate with ``python -m imaginejax.envs.cheetah.expert --out DIR --write-asset FILE``
+(trains; ``--export-from CHECKPOINT`` exports an existing checkpoint instead) and update the checksum.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import sys
 import time
+import zipfile
 from pathlib import Path
 from typing import Any, Callable, Final
 
@@ -44,7 +62,8 @@ from imaginejax.algos.common import TwinCritic, adam_step, polyak_update, td_tar
 from imaginejax.algos.cql import ContinuousCQLState, continuous_cql_default_hp, init_continuous_cql
 from imaginejax.algos.networks import NetConfig
 from imaginejax.algos.sac import TanhGaussianActor, sac_actor_loss, sample_tanh_gaussian, temperature_loss
-from imaginejax.checkpoint import flatten_named, load_checkpoint, save_checkpoint, unflatten_named
+from imaginejax.checkpoint import (CheckpointError, flatten_named, list_checkpoints, load_checkpoint,
+                                   save_checkpoint, unflatten_named)
 from imaginejax.data.types import Batch
 from imaginejax.envs.base import EnvParams
 
@@ -59,6 +78,14 @@ FEATURE_DIM: Final[int] = tasks.STATE_DIM + NUM_KINDS + 5
 # vx, vz, pitch rate, 6 joint speeds, then the task features (already O(1)).
 FEATURE_SCALE: Final[np.ndarray] = np.concatenate([
     [0.3, 0.2, 1.0], np.full(6, 0.5), [5.0, 2.0, 5.0], np.full(6, 10.0), np.ones(NUM_KINDS + 5)]).astype(np.float32)
+
+PACKAGED_ACTOR: Final[Path] = Path(__file__).resolve().parent / "assets" / "cheetah_sac_actor.npz"
+# SHA-256 of PACKAGED_ACTOR: the actor of checkpoint 60 of `python -m imaginejax.envs.cheetah.expert`
+# (seed 0, default ExpertConfig, 540,000 environment steps), exported with --export-from.
+PACKAGED_SHA256: Final[str] = "7a77aaea13b174b8626360c61125ead8057ebf96cb04ed6399ef9a459d639cb4"
+RETRAIN_COMMAND: Final[str] = ("python -m imaginejax.envs.cheetah.expert --out DIR --write-asset FILE "
+                               "(then pass weights=DIR, or weights=FILE)")
+_ACTOR_PREFIX: Final[str] = "actor"
 
 
 def expert_features(state_vec: jax.Array, progress: tasks.Progress, t: jax.Array, goal: jax.Array) -> jax.Array:
@@ -195,6 +222,72 @@ def act(actor_params: Any, features: jax.Array, key: jax.Array, config: ExpertCo
     return sample_tanh_gaussian(key, mean, log_std)[0]
 
 
+def skill_inputs(progress: tasks.Progress, t: jax.Array, goal: jax.Array
+                 ) -> tuple[tasks.Progress, jax.Array, jax.Array]:
+    """The learned skill that acts for each goal, and the running quantities it sees.
+
+    The seven single-skill goals pass through unchanged. A two-leg goal ``(FORWARD_BACKWARD, d)`` is
+    composed from two learned skills, switched by the episode's own :class:`tasks.Progress`:
+
+    * first leg (the leg in direction ``d`` not yet done): the jump skill ``(JUMP, d)``, seeing the
+      episode's t and Σ (slow, upright hops: the second skill then starts from a near-rest state);
+    * second leg (from the step t₁ at which the first leg got done): the run skill ``(RUN, −d)``,
+      seeing t − t₁ and, as Σ, the sum of the displacements in direction −d so far (its own leg's
+      distance; the few such steps before t₁ are included).
+
+    Both see no leg done (those flags are task features of the two-leg goal only).
+
+    Args:
+      progress: :class:`tasks.Progress` of the episode so far, fields (B,).
+      t: (B,) int, steps taken.
+      goal: (B, 2) int32 task goals.
+    Returns: ``(progress', t', goal')``, the same shapes: the inputs of :func:`expert_features`.
+    """
+    kind, direction = goal[:, 0], goal[:, 1]
+    two_legs = kind == tasks.KIND_FORWARD_BACKWARD
+    first_done_at = jnp.where(direction >= 0, progress.forward_done_at, progress.backward_done_at)
+    second_leg = first_done_at > 0
+    leg_kind = jnp.where(second_leg, tasks.KIND_RUN, tasks.KIND_JUMP)
+    leg_direction = jnp.where(second_leg, -direction, direction)
+    leg_goal = jnp.stack([leg_kind, leg_direction], axis=-1).astype(goal.dtype)
+    leg_t = jnp.where(second_leg, t - first_done_at.astype(t.dtype), t)
+    second_sum = jnp.where(direction >= 0, progress.backward_sum, progress.forward_sum)
+    none = jnp.zeros_like(progress.sigma)
+    leg_progress = progress.replace(sigma=jnp.where(second_leg, second_sum, progress.sigma),
+                                    forward_done_at=none, backward_done_at=none)
+
+    def pick(composed: jax.Array, given: jax.Array) -> jax.Array:
+        return jnp.where(two_legs.reshape(two_legs.shape + (1,) * (given.ndim - 1)), composed, given)
+
+    return jax.tree.map(pick, leg_progress, progress), pick(leg_t, t), pick(leg_goal, goal)
+
+
+def expert_action(actor_params: Any, state_vec: jax.Array, progress: tasks.Progress, t: jax.Array,
+                  goal: jax.Array, key: jax.Array, config: ExpertConfig = ExpertConfig(),
+                  deterministic: bool = True, noise: float = 0.0) -> jax.Array:
+    """The expert's actions for any of the nine tasks (the one implementation data collection uses).
+
+    Args:
+      actor_params: the SAC actor's parameters.
+      state_vec: (B, 18) state vectors.
+      progress: :class:`tasks.Progress` of each episode, fields (B,).
+      t: (B,) int steps taken.
+      goal: (B, 2) int32 goals.
+      key: PRNG key (the policy sample when not ``deterministic``, and the noise).
+      config: the configuration the actor was trained with (its network shape).
+      deterministic: tanh(μ) when True, else a sample of π.
+      noise: standard deviation of Gaussian noise added to the action (then clipped to [-1, 1]).
+    Returns: (B, 6) actions in [-1, 1].
+    """
+    k_policy, k_noise = jax.random.split(key)
+    leg_progress, leg_t, leg_goal = skill_inputs(progress, t, goal)
+    action = act(actor_params, expert_features(state_vec, leg_progress, leg_t, leg_goal), k_policy, config,
+                 deterministic)
+    if noise > 0.0:
+        action = jnp.clip(action + noise * jax.random.normal(k_noise, action.shape), -1.0, 1.0)
+    return action
+
+
 @struct.dataclass
 class Trainer:
     """Everything training carries between compiled chunks (a pytree).
@@ -302,16 +395,97 @@ def make_train_chunk(config: ExpertConfig) -> Callable[[Trainer], tuple[Trainer,
     return jax.jit(chunk, donate_argnums=0)
 
 
-def make_policy(actor_params: Any, config: ExpertConfig = ExpertConfig(), deterministic: bool = True
-                ) -> Callable[[jax.Array, jax.Array, EnvState, EnvParams], jax.Array]:
+def make_policy(actor_params: Any, config: ExpertConfig = ExpertConfig(), deterministic: bool = True,
+                noise: float = 0.0) -> Callable[[jax.Array, jax.Array, EnvState, EnvParams], jax.Array]:
     """A collection policy ``policy(key, obs, state, params) -> (B, 6)`` (see
-    :func:`imaginejax.data.collect.collect`) that reads the privileged features from ``state``."""
+    :func:`imaginejax.data.collect.collect`): :func:`expert_action` on the privileged quantities read
+    from ``state`` (state vector, progress, t, the task's goal)."""
+    if not noise >= 0.0:
+        raise ValueError(f"noise must be >= 0 (a standard deviation), got {noise}")
 
     def policy(key: jax.Array, obs: jax.Array, state: EnvState, params: EnvParams) -> jax.Array:
         del obs
-        return act(actor_params, state_features(state, params), key, config, deterministic)
+        return expert_action(actor_params, HalfCheetah.state_vector(state), state.progress, state.t,
+                             params.goals[state.task], key, config, deterministic, noise)
 
     return policy
+
+
+def expert_policy(noise: float = 0.0, weights: str | Path | None = None
+                  ) -> Callable[[jax.Array, jax.Array, EnvState, EnvParams], jax.Array]:
+    """The HalfCheetah expert as a collection policy, for every task of every level (the entry point of
+    :func:`imaginejax.envs.expert_policy`).
+
+    Args:
+      noise: standard deviation of Gaussian noise added to the deterministic action (clipped to [-1, 1]).
+      weights: None for the packaged actor (:data:`PACKAGED_ACTOR`), or a retrained one: a checkpoint
+        directory written by ``python -m imaginejax.envs.cheetah.expert --out DIR`` (``DIR`` itself: its
+        latest checkpoint) or an actor file written by ``--write-asset``.
+    """
+    return make_policy(load_actor(weights), ExpertConfig(), deterministic=True, noise=noise)
+
+
+def _actor_target(config: ExpertConfig) -> Any:
+    actor, _ = _modules(config)
+    return jax.device_get(actor.init(jax.random.PRNGKey(0), jnp.zeros((1, FEATURE_DIM))))
+
+
+def save_actor(path: str | Path, actor_params: Any) -> str:
+    """Writes the actor's parameters as one uncompressed ``.npz`` (float32, no pickle) and returns its
+    SHA-256. The bytes depend on the parameters only (sorted names, fixed zip timestamps), so exporting
+    the same checkpoint twice gives the same checksum."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    arrays = flatten_named(jax.device_get(actor_params), _ACTOR_PREFIX)
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive:
+        for name in sorted(arrays):
+            with archive.open(zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0)), "w") as f:
+                np.lib.format.write_array(f, np.ascontiguousarray(arrays[name], np.float32), allow_pickle=False)
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def load_actor_file(path: str | Path, sha256: str | None = None, config: ExpertConfig = ExpertConfig()) -> Any:
+    """Reads an actor file written by :func:`save_actor`, checking its SHA-256 when ``sha256`` is given.
+
+    Raises:
+      CheckpointError: the file is missing, truncated or corrupted (checksum mismatch, unreadable archive)
+        or holds another network; the message names the file and the command that regenerates it.
+    """
+    path = Path(path)
+    fix = f"regenerate the HalfCheetah expert with `{RETRAIN_COMMAND}` or reinstall imaginejax"
+    if not path.is_file():
+        raise CheckpointError(f"HalfCheetah expert weights {path} are missing: {fix}")
+    data = path.read_bytes()
+    if sha256 is not None and hashlib.sha256(data).hexdigest() != sha256:
+        raise CheckpointError(f"HalfCheetah expert weights {path} are truncated or corrupted ({len(data)} bytes, "
+                              f"SHA-256 mismatch, expected {sha256}): {fix}")
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            arrays = {name: archive[name] for name in archive.files}
+    except (OSError, ValueError, zipfile.BadZipFile) as err:
+        raise CheckpointError(f"HalfCheetah expert weights {path} cannot be read ({err}): {fix}") from err
+    return jax.tree.map(jnp.asarray, unflatten_named(arrays, _actor_target(config), _ACTOR_PREFIX, path))
+
+
+def load_actor(weights: str | Path | None = None, config: ExpertConfig = ExpertConfig()) -> Any:
+    """The expert actor's parameters: the packaged file (default, checksum-verified), an actor file, a
+    checkpoint directory of :func:`save_expert`, or a directory of such checkpoints (its latest).
+
+    Raises:
+      CheckpointError: missing, damaged or incompatible weights (the message names the file and the fix).
+    """
+    if weights is None:
+        return load_actor_file(PACKAGED_ACTOR, PACKAGED_SHA256, config)
+    path = Path(weights)
+    if path.is_file():
+        return load_actor_file(path, None, config)
+    if not (path / "manifest.json").exists():
+        found = list_checkpoints(path)
+        if not found:
+            raise CheckpointError(f"no HalfCheetah expert checkpoint in {path} (expected an actor .npz file, a "
+                                  f"step-* checkpoint directory or a directory of them): run `{RETRAIN_COMMAND}`")
+        path = found[-1][1]
+    return load_expert(path, config).actor_params
 
 
 def save_expert(directory: str | Path, sac: ContinuousCQLState, config: ExpertConfig, step: int,
@@ -370,7 +544,8 @@ def evaluate_expert(actor_params: Any, level: str, episodes_per_task: int, key: 
 
 
 def main() -> None:
-    """``python -m imaginejax.envs.cheetah.expert --chunks 60 --out DIR``: train, save, evaluate."""
+    """``python -m imaginejax.envs.cheetah.expert --chunks 60 --out DIR [--write-asset FILE]``: train, save,
+    evaluate (``--export-from CHECKPOINT`` instead of training: export and evaluate an existing actor)."""
     import argparse
 
     from imaginejax.paths import cache_root
@@ -380,14 +555,25 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=None, help="checkpoint directory "
                         "(default: <cache root>/experts/cheetah-sac)")
-    parser.add_argument("--eval-episodes", type=int, default=20, help="episodes per task and level")
+    parser.add_argument("--eval-episodes", type=int, default=20, help="episodes per task and level (0: no evaluation)")
+    parser.add_argument("--write-asset", type=Path, default=None, metavar="FILE",
+                        help="also write the actor as a packaged-weights file (e.g. "
+                        "envs/cheetah/assets/cheetah_sac_actor.npz) and print its SHA-256")
+    parser.add_argument("--export-from", type=Path, default=None, metavar="CHECKPOINT",
+                        help="do not train: take the actor of this checkpoint (or directory of checkpoints)")
     args = parser.parse_args()
-    out = args.out or cache_root() / "experts" / "cheetah-sac"
     config = ExpertConfig()
-    sac = train_expert(jax.random.PRNGKey(args.seed), config, args.chunks, checkpoint_dir=out)
-    for level in ("train", "easy", "hard"):
-        rates = evaluate_expert(sac.actor_params, level, args.eval_episodes, jax.random.PRNGKey(100 + args.seed),
-                                config)
+    if args.export_from is not None:
+        actor_params = load_actor(args.export_from, config)
+    else:
+        out = args.out or cache_root() / "experts" / "cheetah-sac"
+        actor_params = train_expert(jax.random.PRNGKey(args.seed), config, args.chunks, checkpoint_dir=out).actor_params
+    if args.write_asset is not None:
+        digest = save_actor(args.write_asset, actor_params)
+        print(f"wrote {args.write_asset} ({args.write_asset.stat().st_size} bytes); if it replaces the packaged "
+              f"weights, set PACKAGED_SHA256 = \"{digest}\" in {Path(__file__).name}", flush=True)
+    for level in ("train", "easy", "hard") if args.eval_episodes > 0 else ():
+        rates = evaluate_expert(actor_params, level, args.eval_episodes, jax.random.PRNGKey(100 + args.seed), config)
         print(f"{level}: " + ", ".join(f"{name} {rate:.2f}" for name, rate in rates.items()), flush=True)
 
 

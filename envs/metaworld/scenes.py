@@ -161,6 +161,14 @@ def _edit_locked_door(spec: mujoco.MjSpec) -> None:
     joint.limited = mujoco.mjtLimited.mjLIMITED_TRUE
     joint.armature = 0.001
     joint.damping = [2.0, 0.0, 0.0]  # (MuJoCo 4 stores a damping polynomial; doorlockB: damping="2")
+    # doorlockA's panel box (0.184 x 0.01 x 0.124, made for a door that never moves) reaches 4 mm closer to
+    # the hinge than doorlockB's and meets the safe's side wall at ~0.62 rad; with doorlockB's panel the door
+    # swings as far as door-open's (past the ~1.38 rad locked-door-open's predicate needs)
+    panels = [g for g in door_link.geoms
+              if g.type == mujoco.mjtGeom.mjGEOM_BOX and np.allclose(g.size, [0.184, 0.01, 0.124])]
+    if len(panels) != 1:
+        raise ValueError(f"the locked-door edit expects one panel box on door_link, found {len(panels)}")
+    panels[0].size = [0.18, 0.01, 0.123]
     site = door_link.add_site()
     site.name = "door_handle"  # the handle mesh's centre, where door-open observes its handle geom
     site.pos = [0.37572163, -0.1071399, -0.05]
