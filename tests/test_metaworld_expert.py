@@ -1,25 +1,49 @@
-"""Scripted Meta-World experts: success rate per task within the 100-step cap, one compiled rollout for all
-22 tasks (mixed in one batch), and expert data collected into the dataset format."""
+"""Scripted Meta-World experts: success rate of every task within the 100-step cap (one compiled rollout for
+all 22 tasks, mixed in one batch), and expert data collected into the dataset format.
+
+Here every task runs :data:`EPISODES` episodes and must succeed in at least 90 % of them. Measured over 200
+episodes per task (one batch of all 22 tasks, seed 7, the episode's own 100-step cap): 100 % on every task
+except pick-place-wall 99 % and locked-door-open 99 % -- the latter with the locked door's panel given
+doorlockB's size (see :func:`test_locked_door_swings_open`); with the panel as scenes.py builds it now the
+door cannot open far enough and locked-door-open is 0 %.
+"""
 
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import mujoco
 import numpy as np
 import pytest
 
 from imaginejax.envs.base import instruction_table, make_level_params
-from imaginejax.envs.metaworld import tasks
+from imaginejax.envs.metaworld import scenes, tasks
 from imaginejax.envs.metaworld.env import MetaWorld, make_params
 from imaginejax.envs.metaworld.expert import expert_action, expert_policy
 
-EPISODES = 10  # per task; the rates quoted in the report come from 50 per task
+EPISODES = 20  # per task
 ALL = tuple(t.name for t in tasks.TASKS)
-# Measured below 90 % over 50 episodes per task: the ball rolls on and drifts sideways under the pushing
-# fist (soccer 82 %); the puck sometimes slips while being carried over the wall (pick-place-wall 86 %; 90 %
-# on this test's 10 episodes); the locked door's expert loses the door after the unlock
-# (locked-door-open 0 %, also with a 200-step cap).
-BELOW_TARGET = {"soccer", "pick-place-wall", "locked-door-open"}
+# The locked door must open about 1.38 rad for the predicate (|handle x - target x| <= 0.08).
+OPEN_ANGLE = 1.38
+
+
+def _widest_swing(task: str, torque: float = -5.0, steps: int = 2000) -> float:
+    """How far (rad) the task's door swings under a constant opening torque with its latch released (the
+    hand stays at its reset pose, out of the way)."""
+    model = scenes.build_model(tasks.TASKS[tasks.TASK_INDEX[task]].scene)
+    data = mujoco.MjData(model)
+    mujoco.mj_resetData(model, data)
+    for i in range(model.neq):
+        if model.equality(i).name == scenes.LOCKED_DOOR_HOLD:
+            data.eq_active[i] = 0
+    dof = model.joint("doorjoint").dofadr.item()
+    for _ in range(steps):
+        data.qfrc_applied[dof] = torque
+        mujoco.mj_step(model, data)
+    return -float(data.qpos[model.joint("doorjoint").qposadr.item()])
+
+
+LOCKED_DOOR_BLOCKED = _widest_swing("locked-door-open") < OPEN_ANGLE - 0.1
 
 
 @pytest.fixture(scope="module")
@@ -49,12 +73,63 @@ def rates() -> dict[str, float]:
     return out
 
 
-@pytest.mark.parametrize("name", [n if n not in BELOW_TARGET else
-                                  pytest.param(n, marks=pytest.mark.xfail(reason="expert below 90 % (see module)",
-                                                                          strict=False))
-                                  for n in ALL])
+def _case(name: str):
+    if name == "locked-door-open" and LOCKED_DOOR_BLOCKED:
+        return pytest.param(name, marks=pytest.mark.xfail(
+            reason="the locked door's panel hits the safe's wall at ~0.62 rad (see test_locked_door_swings_open)",
+            strict=True))
+    return name
+
+
+@pytest.mark.parametrize("name", [_case(n) for n in ALL])
 def test_expert_success_at_least_90_percent(rates, name) -> None:
     assert rates[name] >= 0.9, f"{name}: expert success {rates[name]:.2f} over {EPISODES} episodes"
+
+
+def test_locked_door_swings_open() -> None:
+    """The composed locked door (Meta-World's lockable door given its openable door's hinge) must swing as
+    far as door-open's door, past the angle its success predicate needs. The lockable door's panel box is
+    4 mm longer towards the hinge than the openable door's, and in scenes.py's edit it meets the safe's
+    side wall at ~0.62 rad, which makes locked-door-open unsolvable (fix: give the panel doorlockB's size)."""
+    reference = _widest_swing("door-open")
+    assert reference > OPEN_ANGLE - 0.1  # door-open's own door: ~1.32 rad against the wall under this torque
+    assert _widest_swing("locked-door-open") == pytest.approx(reference, abs=0.02)
+
+
+def test_pull_round_steps_along_the_opening_tangent() -> None:
+    """The pull primitive: 10 cm along the clockwise tangent round the hinge, plus half the radius error
+    along the radius (hand-computed for hands at 0.3 m from the hinge at several angles)."""
+    from imaginejax.envs.metaworld.expert import _pull_round
+
+    hinge = jnp.array([0.1, 0.7, 0.15])
+    theta = jnp.linspace(-1.5, 0.5, 5)
+    unit = jnp.stack([jnp.cos(theta), jnp.sin(theta)], -1)
+    hand = jnp.concatenate([hinge[:2] + 0.3 * unit, jnp.full((5, 1), 0.12)], -1)
+    z = jnp.full((5, 1), 0.1)
+    clockwise = jnp.stack([jnp.sin(theta), -jnp.cos(theta)], -1)
+    on_radius = _pull_round(hand, hinge, 0.3, z)
+    np.testing.assert_allclose(on_radius[:, :2] - hand[:, :2], 0.1 * clockwise, atol=1e-6)
+    np.testing.assert_allclose(on_radius[:, 2], 0.1)
+    outward = _pull_round(hand, hinge, 0.35, z)  # 5 cm short of the radius: half of it outwards
+    np.testing.assert_allclose(outward[:, :2] - on_radius[:, :2], 0.025 * unit, atol=1e-6)
+
+
+def test_grasp_approach_descends_along_a_cone() -> None:
+    """The grasp primitive heads for a point over the grip height: ``above`` over it by default, with a cone
+    ``cone`` times the horizontal distance (at most ``above``); the gripper stays open while far."""
+    from imaginejax.envs.metaworld.expert import _grasp_then
+
+    obj = jnp.array([[0.0, 0.7, 0.02]] * 2)
+    state = jnp.zeros((2, tasks.STATE_DIM)).at[:, 3].set(1.0)
+    state = state.at[0, 0:3].set(jnp.array([0.1, 0.7, 0.2])).at[1, 0:3].set(jnp.array([0.04, 0.7, 0.2]))
+    grip_z = 0.02 + 0.025  # the hand's target height when gripping (fingertips 2 cm below the top)
+    straight = _grasp_then(state, obj, obj, lift_first=0.0, gain=1.0)
+    coned = _grasp_then(state, obj, obj, lift_first=0.0, gain=1.0, cone=1.5)
+    hand = state[:, 0:3]
+    np.testing.assert_allclose(straight[:, :3], jnp.array([0.0, 0.7, grip_z + 0.12]) - hand, atol=1e-6)
+    heights = jnp.minimum(0.12, 1.5 * jnp.array([0.1, 0.04]))  # 0.12 (capped) and 0.06
+    np.testing.assert_allclose(coned[:, 2], grip_z + heights - hand[:, 2], atol=1e-6)
+    np.testing.assert_array_equal(coned[:, 3], -1.0)
 
 
 def test_expert_actions_are_bounded_and_task_specific() -> None:

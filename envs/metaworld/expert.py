@@ -3,17 +3,20 @@
 Each task's expert is a small state machine whose phase is read off the current state (no memory), built
 from five primitives:
 
-* **move**: Δ = clip(gain · (waypoint - hand), -1, 1) (the action moves the hand's mocap by Δ / 100);
-* **grasp**: descend around an object with the gripper open, then close it (effort > 0) once it is there;
-* **carry**: keep the gripper closed and move the grasped object to its goal;
-* **press**: align with a button / lever on two axes, then push along the third;
-* **pull**: hook the hand behind a handle and drag it along an arc or a rail.
+* **move** (``_act``): Δ = clip(gain · (waypoint - hand), -1, 1) (the action moves the hand's mocap by
+  Δ / 100);
+* **grasp** and **carry** (``_grasp_then``): come down over an object with the gripper open (straight down,
+  or along a cone that descends while closing in), close it once there, and carry the object to its goal
+  once the gripper has closed on it;
+* **press** (``_press_y``, ``_lock_turn``): align with a button / lever on two axes, then push along the third;
+* **pull** (``_pull_round``, ``_slide_x``): drag a handle round its hinge or along its rail.
 
 ``expert_action(state, task)`` broadcasts over a batch; all tasks are computed and the row's own task is
 selected, so one compiled policy serves a whole level (mixed tasks per batch). ``expert_policy()`` wraps it
 in the ``policy(key, obs, state, params)`` signature of :func:`imaginejax.data.collect.collect`. The
 waypoints are ours; the task geometry they use (offsets of handles, buttons and levers from the observed
-positions) is that of Meta-World's scenes.
+positions) is that of Meta-World's scenes. Success rates (200 episodes per task, 100-step cap) are in
+tests/test_metaworld_expert.py's module docstring.
 """
 
 from __future__ import annotations
@@ -38,6 +41,11 @@ def _move(hand: jax.Array, to: jax.Array, gain: float | jax.Array) -> jax.Array:
 def _act(hand: jax.Array, to: jax.Array, gain: float | jax.Array, grip: jax.Array | float) -> jax.Array:
     grip = jnp.broadcast_to(jnp.asarray(grip, hand.dtype), hand.shape[:-1])
     return jnp.concatenate([_move(hand, to, gain), grip[..., None]], -1)
+
+
+def _point(x: jax.Array, y: jax.Array, z: float | jax.Array) -> jax.Array:
+    """Waypoint (..., 3) from coordinates x, y (...) and a height z (scalar or (...))."""
+    return jnp.stack([x, y, jnp.broadcast_to(jnp.asarray(z, x.dtype), x.shape)], -1)
 
 
 def _xy(a: jax.Array, b: jax.Array) -> jax.Array:
@@ -74,17 +82,24 @@ def _reach_wall(s: jax.Array) -> jax.Array:
 
 
 def _grasp_then(s: jax.Array, obj: jax.Array, goal: jax.Array, *, lift_first: float, gain: float,
-                above: float = 0.12) -> jax.Array:
-    """Grasp ``obj`` from above, then carry it to ``goal`` (first raising it to ``lift_first`` if > 0)."""
+                above: float = 0.12, cone: float = 0.0, held_opening: float = 0.6) -> jax.Array:
+    """Grasp ``obj`` from above, then carry it to ``goal`` (first raising it to ``lift_first`` if > 0).
+
+    The hand goes to ``above`` over the object (with ``cone`` > 0: to ``cone`` times its horizontal distance
+    over it, at most ``above``, so that it descends while closing in), down to the grip height, closes, and
+    carries once the gripper is closed on the object (opening below ``held_opening``)."""
     hand, opening = s[..., 0:3], s[..., 3]
     grip_at = obj + _v(0.0, 0.0, 0.045 - 0.02)  # the fingertips (tcp) 2 cm below the object's top
-    far = _xy(hand, grip_at) > 0.015
+    dist = _xy(hand, grip_at)
+    far = dist > 0.015
     high = hand[..., 2] - grip_at[..., 2] > 0.012
-    holding = (~far) & (~high) & (opening < 0.6)
+    holding = (~far) & (~high) & (opening < held_opening)
     lifted = obj[..., 2] > lift_first
     lift_to = jnp.stack([hand[..., 0], hand[..., 1], jnp.full_like(hand[..., 0], lift_first + 0.06)], -1)
     carry_to = _sel(lifted | (lift_first <= 0), goal - _TCP + _v(0.0, 0.0, 0.02), lift_to)
-    way = _sel(far, grip_at + _v(0.0, 0.0, above), _sel(high, grip_at, _sel(holding, carry_to, hand)))
+    height = jnp.minimum(above, cone * dist) if cone > 0 else jnp.full_like(dist, above)
+    over = grip_at + jnp.concatenate([jnp.zeros_like(grip_at[..., :2]), height[..., None]], -1)
+    way = _sel(far, over, _sel(high, grip_at, _sel(holding, carry_to, hand)))
     grip = jnp.where(far | (hand[..., 2] - grip_at[..., 2] > 0.04), OPEN, CLOSE)
     return _act(hand, way, gain, grip)
 
@@ -100,8 +115,10 @@ def _pick_place_wall(s: jax.Array) -> jax.Array:
     wall = slot_of(s, "wall")[..., 0:3]
     goal = s[..., 4:7]
     over = jnp.stack([goal[..., 0], goal[..., 1], jnp.maximum(goal[..., 2], 0.2)], -1)
-    dest = _sel(obj[..., 1] < wall[..., 1] + 0.06, over, goal)
-    return _grasp_then(s, obj, dest, lift_first=0.16, gain=10.0)
+    # the lift applies only until the object is past the wall (lowering onto a low goal must not re-lift it)
+    before_wall = obj[..., 1] < wall[..., 1] + 0.06
+    return _sel(before_wall, _grasp_then(s, obj, over, lift_first=0.16, gain=25.0, cone=1.5),
+                _grasp_then(s, obj, goal, lift_first=0.0, gain=25.0, cone=1.5))
 
 
 def _push(s: jax.Array) -> jax.Array:
@@ -205,6 +222,17 @@ def _rot(xy: jax.Array, angle: jax.Array) -> jax.Array:
     return jnp.stack([c * xy[..., 0] - sn * xy[..., 1], sn * xy[..., 0] + c * xy[..., 1]], -1)
 
 
+def _pull_round(hand: jax.Array, hinge: jax.Array, radius: float | jax.Array, z: jax.Array) -> jax.Array:
+    """The **pull** primitive on a hinge: the waypoint (..., 3) 10 cm ahead of the hand along the clockwise
+    (opening) tangent round ``hinge`` (..., 3), corrected half-way back to ``radius`` from it, at height
+    ``z`` (..., 1)."""
+    r = (hand - hinge)[..., :2]
+    dist = jnp.linalg.norm(r, axis=-1, keepdims=True)
+    unit = r / jnp.maximum(dist, 1e-6)
+    tangent = jnp.stack([unit[..., 1], -unit[..., 0]], -1)
+    return jnp.concatenate([hand[..., :2] + 0.1 * tangent + 0.5 * (radius - dist) * unit, z], -1)
+
+
 def _door_open(s: jax.Array) -> jax.Array:
     """Put the closed gripper between the handle's bar and the door, just outside the bar's stem (0.36 from
     the hinge: close enough that the hand stays inside its y bound when the door is open 80°), then push
@@ -226,11 +254,7 @@ def _door_open(s: jax.Array) -> jax.Array:
     near_slot = _xy(hand, slot) < 0.03
     at_slot = near_slot & (jnp.abs(hand[..., 2] - slot[..., 2]) < 0.02)
     q = _rot((hand - hinge)[..., :2], -angle)  # the hand in the door's frame
-    radius = jnp.linalg.norm(q, axis=-1, keepdims=True)
-    unit = (hand - hinge)[..., :2] / jnp.maximum(radius, 1e-6)
-    tangent = jnp.stack([unit[..., 1], -unit[..., 0]], -1)  # clockwise: the opening direction
-    ideal = jnp.linalg.norm(slot_door, axis=-1, keepdims=True)
-    pull = jnp.concatenate([hand[..., :2] + 0.1 * tangent + 0.5 * (ideal - radius) * unit, z], -1)
+    pull = _pull_round(hand, hinge, jnp.linalg.norm(slot_door, axis=-1, keepdims=True), z)
     # keep pulling while the hand stays in the slot (the slot moves with the door)
     pulling = at_slot | ((_xy(hand, slot) < 0.045) & (jnp.abs(hand[..., 2] - z[..., 0]) < 0.03) & (q[..., 1] < 0.0))
     way = _sel(pulling, pull, _sel(near_slot, slot, slot + _v(0.0, 0.0, 0.07)))
@@ -310,26 +334,22 @@ def _make_coffee(s: jax.Array) -> jax.Array:
 
 
 def _locked_door_open(s: jax.Array) -> jax.Array:
-    """Unlock (door-unlock's motion on the lock slot); the hand then sits by the turned lever and, pulled
-    round the hinge along the clockwise tangent at about the lever's radius, drags the door open; once it
-    is more than 13 cm from the lever's tip it falls back to door-open's motion on the handle.
+    """Unlock (door-unlock's motion on the lock slot); the hand then sits under the turned lever, which it
+    catches with its wrist, and pulled round the hinge at about the lever's radius it drags the door open;
+    more than 13 cm from the lever's tip it falls back to door-open's motion on the handle.
 
-    Measured: the door opens to about 0.7 rad within ~20 steps of the unlock, then the hand loses it and
-    the episode runs out (0 % within the 100-step cap; see tests/test_metaworld_expert.py)."""
+    Needs a locked door that can swing open: in the scene as composed by scenes.py the door's panel meets
+    the safe's wall at ~0.62 rad, short of the ~1.38 rad the predicate needs (0 %; see
+    tests/test_metaworld_expert.py::test_locked_door_swings_open). With the panel at doorlockB's size this
+    expert succeeds in 99 % of 200 episodes."""
     hand = s[..., 0:3]
     lock = slot_of(s, "lock")[..., 0:3]
-    goal = s[..., 4:7]
-    hinge = goal + _v(*_HINGE_FROM_GOAL)
+    hinge = s[..., 4:7] + _v(*_HINGE_FROM_GOAL)
     unlocked = tasks._locked_door_unlocked(s, None)
-    r = (hand - hinge)[..., :2]
-    radius = jnp.linalg.norm(r, axis=-1, keepdims=True)
-    unit = r / jnp.maximum(radius, 1e-6)
-    tangent = jnp.stack([unit[..., 1], -unit[..., 0]], -1)
     lever_radius = 0.21  # the lever's hinge sits 0.186 from the door's hinge
-    pull = jnp.concatenate([hand[..., :2] + 0.1 * tangent + 0.5 * (lever_radius - radius) * unit, hand[..., 2:3]], -1)
+    pull = _act(hand, _pull_round(hand, hinge, lever_radius, hand[..., 2:3]), 25.0, CLOSE)
     on_lever = jnp.linalg.norm(hand - lock, axis=-1) < 0.13  # ``lock`` is the lever's tip
-    opening = _sel(on_lever, _act(hand, pull, 25.0, CLOSE), _door_open(s))
-    return _sel(unlocked, opening, _door_unlock(s))
+    return _sel(unlocked, _sel(on_lever, pull, _door_open(s)), _door_unlock(s))
 
 
 def _hammer(s: jax.Array) -> jax.Array:
@@ -350,30 +370,39 @@ def _hammer(s: jax.Array) -> jax.Array:
 
 
 def _soccer(s: jax.Array) -> jax.Array:
-    """Line up behind the ball on the ball-goal line (coming down from above it), then push it along the
-    line, correcting sideways drift."""
-    hand = s[..., 0:3]
+    """Grasp the ball and carry it onto the goal's axis 18 cm in front of the goal (pushing a sphere with
+    the fingers moves it along the pushing face's normal, not along the push, so the ball is lined up by
+    carrying it), let go, rise over it, get behind it, and push it straight in with the flat front face of
+    the closed fingers; it rolls on into the goal (the hand cannot follow: its wrist meets the goal's roof).
+
+    Phases are read off the state: the ball counts as lined up when it is held within 1 cm of the spot, or
+    lies free within 4 cm of the goal's axis less than 24 cm in front of the goal.
+    """
+    hand, opening = s[..., 0:3], s[..., 3]
     ball = slot_of(s, "soccer")[..., 0:3]
     goal = s[..., 4:7]
-    d = goal[..., :2] - ball[..., :2]
-    d = d / jnp.maximum(jnp.linalg.norm(d, axis=-1, keepdims=True), 1e-6)
-    perp = jnp.stack([-d[..., 1], d[..., 0]], -1)
-    rel = hand[..., :2] - ball[..., :2]
-    along = (rel * d).sum(-1)
-    lateral = (rel * perp).sum(-1)
-    low = hand[..., 2] < 0.075
-    behind_ball = (along < -0.02) & (jnp.abs(lateral) < 0.03)
-    pushing = low & behind_ball & (along > -0.08) & (jnp.abs(lateral) < 0.015)
-    behind = ball[..., :2] - 0.06 * d
-    at_behind = jnp.linalg.norm(hand[..., :2] - behind, axis=-1) < 0.015
-    hover = jnp.concatenate([behind, jnp.full_like(ball[..., :1], 0.15)], -1)
-    down = jnp.concatenate([behind, jnp.full_like(ball[..., :1], 0.05)], -1)
-    through = jnp.concatenate([ball[..., :2] + 0.1 * d - lateral[..., None] * perp, jnp.full_like(ball[..., :1], 0.05)], -1)
-    # low and behind the ball but not in contact (it rolled on): follow it low instead of hovering again
-    way = _sel(pushing, through, _sel(at_behind | (low & behind_ball), down, hover))
-    speed = jnp.where(pushing, 0.6, 1.0)[..., None]  # push gently: the ball rolls on after a hard push
-    action = _act(hand, way, 15.0, CLOSE)
-    return jnp.concatenate([action[..., :3] * speed, action[..., 3:]], -1)
+    gx, gy = goal[..., 0], goal[..., 1]
+    bx, by = ball[..., 0], ball[..., 1]
+    mouth = _point(gx, gy - 0.18, -0.012)  # the ball's spot on the goal's axis (table height for the carry)
+    held = (opening < 0.7) & (_xy(hand, ball) < 0.02) & (hand[..., 2] < 0.07)
+    lined = jnp.where(held, _xy(ball, mouth) < 0.01,
+                      (jnp.abs(bx - gx) < 0.04) & (by > gy - 0.24) & (ball[..., 2] < 0.035))
+    # carry the ball (not the hand) to the spot: the fingers hold it off the hand's axis by up to ~1 cm
+    offset = jnp.concatenate([(hand - ball)[..., :2], jnp.zeros_like(hand[..., 2:])], -1)
+    carry = _grasp_then(s, ball, mouth + offset, lift_first=0.0, gain=15.0, cone=1.5, held_opening=0.7)
+    aimed = jnp.abs(hand[..., 0] - bx) < 0.02
+    low = hand[..., 2] < 0.07
+    pushing = low & aimed & (hand[..., 1] < by - 0.03)
+    behind = aimed & (hand[..., 1] < by - 0.055)
+    over = (jnp.abs(hand[..., 1] - by) < 0.03) & (jnp.abs(hand[..., 0] - bx) < 0.05) & (hand[..., 2] < 0.1)
+    releasing = over & low & (opening < 0.75)
+    way = _sel(pushing, _point(bx, gy - 0.125, 0.05),  # push in; stop where the wrist would meet the roof
+               _sel(behind, _point(bx, by - 0.065, 0.03),  # come down behind the ball
+                    _sel(releasing, hand,  # open in place
+                         _sel(over, _point(hand[..., 0], hand[..., 1], 0.115),  # rise clear of the ball
+                              _point(bx, by - 0.07, 0.11)))))  # go behind it, high
+    lineup = _act(hand, way, 50.0, jnp.where(over, OPEN, CLOSE))
+    return _sel(lined, lineup, carry)
 
 
 _EXPERTS: dict[str, Callable[[jax.Array], jax.Array]] = {
