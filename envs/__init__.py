@@ -13,6 +13,7 @@ ENV_LEVELS: dict[str, tuple[str, ...]] = {
     "babyai": ("train", "rephrase", "easy", "hard"),
     "cheetah": ("train", "rephrase", "easy", "hard"),
     "metaworld": ("train", "rephrase", "easy", "hard"),
+    "libero": ("train", "rephrase", "easy", "hard"),
 }
 
 
@@ -40,8 +41,15 @@ def _make_metaworld(level: str, embed: bool, **options: Any) -> tuple[Any, Any]:
     return MetaWorld(**options), make_params(level, embed=embed)
 
 
+def _make_libero(level: str, embed: bool, **options: Any) -> tuple[Any, Any]:
+    from imaginejax.envs.libero.env import Libero, make_params
+
+    return Libero(**options), make_params(level, embed=embed)
+
+
 _FACTORIES: dict[str, Callable[..., tuple[Any, Any]]] = {
-    "clevr": _make_clevr, "babyai": _make_babyai, "cheetah": _make_cheetah, "metaworld": _make_metaworld}
+    "clevr": _make_clevr, "babyai": _make_babyai, "cheetah": _make_cheetah, "metaworld": _make_metaworld,
+    "libero": _make_libero}
 
 
 def registered() -> tuple[str, ...]:
@@ -94,9 +102,16 @@ def _metaworld_expert(noise: float) -> Callable:
     return metaworld_expert(noise)
 
 
+def _libero_expert(noise: float) -> Callable:
+    from imaginejax.envs.libero.expert import expert_policy as libero_expert
+
+    return libero_expert(noise)
+
+
 # name -> factory(noise) of the environment's expert collection policy.
 _EXPERTS: dict[str, Callable[[float], Callable]] = {
-    "clevr": _clevr_expert, "babyai": _babyai_expert, "cheetah": _cheetah_expert, "metaworld": _metaworld_expert}
+    "clevr": _clevr_expert, "babyai": _babyai_expert, "cheetah": _cheetah_expert, "metaworld": _metaworld_expert,
+    "libero": _libero_expert}
 
 
 def expert_policy(name: str, noise: float = 0.0) -> Callable:

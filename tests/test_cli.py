@@ -278,7 +278,7 @@ def test_values_presets_and_overrides():
     from imaginejax.algos.base import Spec
     from imaginejax.sweep import Sweep
 
-    discrete = {"clevr": True, "babyai": True, "cheetah": False, "metaworld": False}
+    discrete = {"clevr": True, "babyai": True, "cheetah": False, "metaworld": False, "libero": False}
     for preset in config_lib.available_presets():
         cfg = load_config(preset)
         spec = Spec(state_dim=10, embed_dim=384, discrete=discrete[cfg.data.env], action_dim=4)

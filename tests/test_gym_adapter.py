@@ -135,7 +135,7 @@ def test_get_dataset_serves_the_reference_layout(tmp_path: Path) -> None:
 def test_expert_policy_registry_names_the_environments_with_experts():
     from imaginejax import envs
 
-    for name in ("clevr", "babyai", "cheetah", "metaworld"):
+    for name in ("clevr", "babyai", "cheetah", "metaworld", "libero"):
         assert callable(envs.expert_policy(name, 0.1))
     with pytest.raises(ValueError, match="unknown environment 'nope'.*valid names: babyai"):
         envs.expert_policy("nope")

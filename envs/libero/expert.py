@@ -1,0 +1,244 @@
+"""Scripted grasp-and-place experts for every LIBERO-style task, in JAX, from the 44-d state and the episode's
+progress (first state, stage).
+
+One memoryless controller moves the current sub-goal's object (:func:`tasks.current_subgoal`) to a target
+point; its phase is read off the state:
+
+* **approach**: gripper open, hand pointing down and turned to the object's faces (yaw modulo π/2 for the
+  square-section can and bottle, modulo π for the cheese box so the fingers close across its short side);
+  rise first if low and off the object, then hover above it, then descend until the fingertips are at the
+  object's centre;
+* **close**: at the grasp pose, close the gripper until the fingers rest on the object;
+* **carry**: holding it (near the fingertips, fingers closed on its width), lift to a height that clears the
+  bottle and the basket walls, move over the target, descend, and open the gripper at the release height.
+
+Targets: reach — the object; pick — 0.1 above its resting height; basket — the object's slot in the basket
+(:func:`tasks.basket_slot`; carried with its long axis turned along the basket's, lowered onto the slot before
+the gripper opens, also when the task has already moved on to the next object); on b — the top of b; aside — the clearest of eight points 0.15 from the object's start; out of the basket — the
+clearest of five points 0.42 from the basket's start towards the robot's right. The empty hand travels at
+least :data:`TRANSIT_Z` high and carries at :data:`CARRY_SPEED` (faster lifts let objects slip). ``expert_action`` broadcasts
+over a batch (mixed tasks); ``expert_policy()`` has the ``policy(key, obs, state, params)`` signature of
+:func:`imaginejax.data.collect.collect`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from imaginejax.envs.libero import model as M
+from imaginejax.envs.libero import tasks
+from imaginejax.envs.libero.tasks import Progress, object_pos, object_quat
+
+__all__ = ["expert_action", "expert_policy", "success_rates"]
+
+OPEN, CLOSE = -1.0, 1.0
+POS_GAIN = 0.9   # fraction of the remaining error commanded per step
+ROT_GAIN = 0.8
+HOVER = 0.08     # tcp above the top of the object while hovering
+XY_TOL = 0.004   # xy alignment before descending
+HOLD_TOL = 0.04  # grasp point within this of the tcp (and fingers closed on it): holding
+YAW_TOL = 0.08
+CARRY_CLEARANCE = 0.24  # bottom of a carried object above the floor while travelling
+TRANSIT_Z = 0.24        # the empty hand travels at least this high (clears the bottle and the basket)
+CARRY_SPEED = 0.5       # action bound while holding (0.025 m per step): faster lifts let the object slip
+_DOWN = jnp.asarray([0.0, 1.0, 0.0, 0.0], jnp.float32)  # rotation by π about x: hand z pointing down
+_SYMMETRY = jnp.asarray([np.pi / 2, np.pi, np.pi / 2], jnp.float32)
+_ASIDE_DIRS = jnp.asarray([[np.cos(a), np.sin(a)] for a in np.linspace(0, 2 * np.pi, 8, endpoint=False)], jnp.float32)
+_OUT_DIRS = jnp.asarray([[np.cos(a), np.sin(a)] for a in np.linspace(-0.75 * np.pi, -0.25 * np.pi, 5)], jnp.float32)
+REACH_LOW = jnp.asarray([0.30, -0.40], jnp.float32)
+REACH_HIGH = jnp.asarray([0.72, 0.40], jnp.float32)
+
+
+def _wrap(x: jax.Array) -> jax.Array:
+    return (x + np.pi) % (2 * np.pi) - np.pi
+
+
+def _target_yaw(hand_yaw: jax.Array, obj_yaw: jax.Array, period: jax.Array) -> jax.Array:
+    """The object's yaw plus the multiple of ``period`` closest to the hand's yaw."""
+    k = jnp.round((hand_yaw - obj_yaw) / period)
+    return obj_yaw + k * period
+
+
+def _orientation_action(quat: jax.Array, yaw: jax.Array) -> jax.Array:
+    desired = M.quat_mul(M._quat_z(yaw), jnp.broadcast_to(_DOWN, quat.shape))
+    err = M.quat_to_axis_angle(M.quat_mul(desired, M.quat_conj(quat)))
+    return jnp.clip(ROT_GAIN * err / M.ROT_SCALE, -1.0, 1.0)
+
+
+def _clearest(candidates: jax.Array, obstacles: jax.Array) -> jax.Array:
+    """Of candidate points (..., C, 2) inside the reachable box, the one farthest from the obstacles (..., O, 2)."""
+    gap = jnp.min(jnp.linalg.norm(candidates[..., :, None, :] - obstacles[..., None, :, :], axis=-1), axis=-1)
+    inside = jnp.all((candidates >= REACH_LOW) & (candidates <= REACH_HIGH), axis=-1)
+    score = jnp.where(inside, gap, gap - 10.0)
+    best = jnp.argmax(score, axis=-1)
+    return jnp.take_along_axis(candidates, best[..., None, None], axis=-2)[..., 0, :]
+
+
+def _placement(state: jax.Array, goal: jax.Array, progress: Progress, obj: jax.Array, sub: jax.Array
+               ) -> jax.Array:
+    """(..., 3) where the sub-goal's object centre should end up."""
+    top = jnp.asarray(M.TOP_DZ, jnp.float32)
+    rest = jnp.asarray(M.REST_Z, jnp.float32)[obj]
+    start = progress.start
+    b = jnp.maximum(goal[..., 3], 0)
+    pos = object_pos(state, obj)
+    z = jnp.zeros_like(rest)
+    pick = jnp.concatenate([pos[..., :2], (rest + 0.1)[..., None]], -1)
+    in_basket = tasks.basket_slot(state, obj) + jnp.stack([z, z, z + 0.03], -1)
+    b_pos = object_pos(state, b)
+    onto = b_pos + jnp.stack([z, z, top[b] + rest + 0.015], -1)
+    others = jnp.stack([object_pos(start, (obj + 1) % 3)[..., :2], object_pos(start, (obj + 2) % 3)[..., :2],
+                        start[..., tasks.BASKET_START:tasks.BASKET_START + 2]], -2)
+    origin = object_pos(start, obj)[..., :2]
+    aside_xy = _clearest(origin[..., None, :] + 0.15 * _ASIDE_DIRS, others)
+    basket0 = start[..., tasks.BASKET_START:tasks.BASKET_START + 2]
+    out_xy = _clearest(basket0[..., None, :] + 0.42 * _OUT_DIRS, others[..., :2, :])
+    floor = (rest + 0.01)[..., None]
+    table = jnp.stack([pick, in_basket, pos, onto, jnp.concatenate([aside_xy, floor], -1), in_basket, in_basket,
+                       jnp.concatenate([out_xy, floor], -1)], -2)
+    return jnp.take_along_axis(table, sub[..., None, None], axis=-2)[..., 0, :]
+
+
+def expert_action(state: jax.Array, goal: jax.Array, progress: Progress) -> jax.Array:
+    """Expert actions: state (..., 44), goal (..., GOAL_DIM) int32, the episode's progress → (..., 7) in [-1, 1]."""
+    obj, sub = tasks.current_subgoal(state, goal, progress)
+    eef, quat = state[..., 7:10], state[..., 10:14]
+    fingers = state[..., 14] + state[..., 15]
+    center = object_pos(state, obj)
+    half = jnp.asarray(M.OBJECT_HALF, jnp.float32)[obj]  # (..., 3)
+    grasp_dz = jnp.asarray(M.GRASP_DZ, jnp.float32)[obj]
+    pos = center + jnp.stack([jnp.zeros_like(grasp_dz), jnp.zeros_like(grasp_dz), grasp_dz], -1)  # grasp point
+    hand_yaw = M.yaw_of(quat)
+    grasp_yaw = _target_yaw(hand_yaw, M.yaw_of(object_quat(state, obj)), _SYMMETRY[obj])
+    target = _placement(state, goal, progress, obj, sub)
+
+    # approach / close
+    xy_err = jnp.linalg.norm(eef[..., :2] - pos[..., :2], axis=-1)
+    yaw_err = jnp.abs(_wrap(hand_yaw - grasp_yaw))
+    top = jnp.asarray(M.TOP_DZ, jnp.float32)[obj]
+    hover_z = jnp.maximum(center[..., 2] + top + HOVER, TRANSIT_Z)
+    hover = jnp.concatenate([center[..., :2], hover_z[..., None]], -1)
+    low = eef[..., 2] < hover_z - 0.03
+    rise = jnp.concatenate([eef[..., :2], hover[..., 2:]], -1)
+    aligned = (xy_err < XY_TOL) & (yaw_err < YAW_TOL)
+    descending = (eef[..., 2] < hover[..., 2] - 0.01) & (xy_err < 0.012) & (yaw_err < 0.15)
+    at_grasp = (xy_err < 0.012) & (eef[..., 2] - pos[..., 2] < 0.008)
+    approach_way = jnp.where((descending | aligned)[..., None], pos,
+                             jnp.where((low & (xy_err > 0.02))[..., None], rise, hover))
+    approach_grip = jnp.where(at_grasp, CLOSE, OPEN)
+
+    # carry
+    holding = (jnp.linalg.norm(pos - eef, axis=-1) < HOLD_TOL) & (fingers < 2 * half[..., 1] + 0.01) & (fingers > 0.01)
+    offset = eef - center
+    carry_z = jnp.maximum(CARRY_CLEARANCE + jnp.asarray(M.REST_Z, jnp.float32)[obj], target[..., 2])
+    obj_xy_err = jnp.linalg.norm(target[..., :2] - center[..., :2], axis=-1)
+    travelling = obj_xy_err > 0.015
+    high_enough = center[..., 2] > carry_z - 0.04
+    lift_way = jnp.concatenate([center[..., :2], carry_z[..., None]], -1)
+    over_way = jnp.concatenate([target[..., :2], carry_z[..., None]], -1)
+    carry_obj = jnp.where(travelling[..., None], jnp.where(high_enough[..., None], over_way, lift_way), target)
+    carry_obj = jnp.where((sub == tasks.PICK)[..., None], target, carry_obj)
+    carry_way = carry_obj + offset
+    release = ~travelling & (center[..., 2] - target[..., 2] < 0.01) & (sub != tasks.PICK)
+    carry_grip = jnp.where(release, OPEN, CLOSE)
+
+    reach = sub == tasks.REACH
+    way = jnp.where((holding & ~reach)[..., None], carry_way, approach_way)
+    grip = jnp.where(holding & ~reach, carry_grip, jnp.where(reach, OPEN, approach_grip))
+    # Still holding an object of a finished sub-goal: stand still and open the gripper first.
+    gp_all = jnp.stack([object_pos(state, k) + jnp.asarray([0.0, 0.0, float(M.GRASP_DZ[k])], jnp.float32)
+                        for k in range(3)], -2)  # (..., 3, 3)
+    close_to = (jnp.linalg.norm(gp_all - eef[..., None, :], axis=-1) < HOLD_TOL) & (jnp.arange(3) != obj[..., None])
+    other = jnp.any(close_to, axis=-1) & (fingers < 2 * M.GRIPPER_OPEN - 0.006)
+    held = jnp.argmax(close_to, axis=-1).astype(jnp.int32)
+    held_pos = object_pos(state, held)
+    slot = tasks.basket_slot(state, held)
+    # ... but a basket sub-goal's object finished high in the basket region is first lowered onto its slot
+    lower = other & tasks.in_basket(state, held) & (held_pos[..., 2] - slot[..., 2] > 0.015)
+    way = jnp.where(other[..., None], jnp.where(lower[..., None], eef + slot - held_pos, eef), way)
+    grip = jnp.where(other, jnp.where(lower, CLOSE, OPEN), grip)
+    # carrying to the basket: turn the object's long axis (the hand's x) along the basket's, so the fingers
+    # close across the basket, clear of the neighbouring slots
+    basket_yaw = M.yaw_of(state[..., tasks.BASKET_START + 3:tasks.BASKET_START + 7])
+    across = _target_yaw(hand_yaw, basket_yaw, _SYMMETRY[obj])
+    to_basket = (sub == tasks.PLACE_BASKET) & travelling
+    yaw = jnp.where(holding | other, jnp.where(to_basket & ~other, across, hand_yaw), grasp_yaw)
+    speed = jnp.where((holding & ~reach) | other, CARRY_SPEED, 1.0)[..., None]
+    move = jnp.clip(POS_GAIN * (way - eef) / M.POS_SCALE, -speed, speed)
+    turn = _orientation_action(quat, yaw)
+    return jnp.concatenate([move, turn, grip[..., None]], -1).astype(jnp.float32)
+
+
+def expert_policy(noise: float = 0.0) -> Callable[[jax.Array, jax.Array, Any, Any], jax.Array]:
+    """``policy(key, obs, state, params) -> (B, 7)`` for :func:`imaginejax.data.collect.collect`, with optional
+    Gaussian action noise of standard deviation ``noise`` (clipped to [-1, 1])."""
+
+    def policy(key: jax.Array, obs: jax.Array, state: Any, params: Any) -> jax.Array:
+        del obs
+        action = expert_action(state.vec, params.goals[state.task], state.progress)
+        if noise > 0.0:
+            action = jnp.clip(action + noise * jax.random.normal(key, action.shape), -1.0, 1.0)
+        return action
+
+    return policy
+
+
+def success_rates(episodes: int, key: jax.Array, names: tuple[str, ...] | None = None,
+                  nthread: int | None = None) -> dict[str, float]:
+    """Expert success rate of each task within the 500-step cap: ``episodes`` episodes per task, all tasks mixed
+    in one batch, one compiled rollout that stops once every episode has ended.
+
+    Args:
+      episodes: episodes per task (>= 1).
+      key: PRNG key of the resets.
+      names: task names (default: all 31).
+      nthread: MuJoCo C threads (default: all usable CPUs).
+    Returns: task name → fraction of successful episodes.
+    """
+    from imaginejax.envs.base import instruction_table, make_level_params
+    from imaginejax.envs.libero.env import RESET_TRIES, Libero
+
+    if episodes < 1:
+        raise ValueError(f"episodes must be >= 1, got {episodes}")
+    names = tuple(t.name for t in tasks.TASKS) if names is None else tuple(names)
+    unknown = [n for n in names if n not in tasks.TASK_INDEX]
+    if unknown:
+        raise ValueError(f"unknown LIBERO tasks {unknown}; valid tasks: {', '.join(tasks.TASK_INDEX)}")
+    specs = [tasks.TASKS[tasks.TASK_INDEX[n]] for n in names]
+    goals = np.array([[tasks.TASK_INDEX[n], t.kind, t.a, t.b, t.layout] for n, t in zip(names, specs)], np.int32)
+    params = make_level_params("train", goals, instruction_table([(n,) for n in names]), tasks.MAX_STEPS,
+                               embed=False, reset_tries=RESET_TRIES)
+    env = Libero(backend="mujoco", nthread=nthread)
+    batch = len(names) * episodes
+    rows = jnp.repeat(jnp.arange(len(names)), episodes)
+
+    @jax.jit
+    def run(key: jax.Array) -> jax.Array:
+        keys = jax.random.split(key, batch)
+        _, state = env.reset_to_task_batch(keys, params, rows)
+
+        def body(state):
+            action = expert_action(state.vec, params.goals[state.task], state.progress)
+            return env.step_batch(keys, state, action, params)[1]
+
+        return jax.lax.while_loop(lambda s: ~jnp.all(s.done), body, state).success
+
+    success = np.asarray(run(key)).reshape(len(names), episodes)
+    return {n: float(success[i].mean()) for i, n in enumerate(names)}
+
+
+if __name__ == "__main__":  # python -m imaginejax.envs.libero.expert [episodes] [seed]
+    import sys
+    import time
+
+    _episodes = int(sys.argv[1]) if len(sys.argv) > 1 else 16
+    _seed = int(sys.argv[2]) if len(sys.argv) > 2 else 1
+    _start = time.perf_counter()
+    _rates = success_rates(_episodes, jax.random.key(_seed))
+    print(f"expert success over {_episodes} episodes per task (seed {_seed}, {time.perf_counter() - _start:.0f} s):")
+    for _name, _rate in _rates.items():
+        print(f"  {_name:42s} {_rate:.2f}")
