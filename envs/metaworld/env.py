@@ -8,12 +8,23 @@ API (pure; ``params`` holds the level's task table)::
     obs, state = env.reset_batch(keys, params)                    # batched kernels (the implementation)
     obs, state, reward, done, info = env.step_batch(keys, states, actions, params)
 
-Physics. Each task compiles its Meta-World scene (:mod:`.scenes`); MuJoCo C on the host advances all rows
-of a step in one batched call (:mod:`imaginejax.envs.mujoco_host`), reached through ``jax.pure_callback``
-so reset and step work under ``jit``, ``vmap`` and ``lax.scan``. Rows of different tasks (different
-scenes) mix freely in one batch: one compiled step serves every task of a level. The MJX backend is not
-available yet: ``mjx.put_model`` rejects most Meta-World scenes (cylinder–box/mesh pairs); substituting
-primitives is later work.
+Physics. Each task compiles its Meta-World scene (:mod:`.scenes`). Two backends behind the same API
+(``MetaWorld(backend="auto" | "mujoco" | "mjx")``, as HalfCheetah; ``"auto"``: MJX on a GPU/TPU, MuJoCo C
+on a CPU):
+
+* ``"mujoco"``: MuJoCo C on the host advances all rows of a step in one batched call
+  (:mod:`imaginejax.envs.mujoco_host`), reached through ``jax.pure_callback`` so reset and step work under
+  ``jit``, ``vmap`` and ``lax.scan``, on Meta-World's own models. Rows of different tasks (different
+  scenes) mix freely in one batch: one compiled step serves every task of a level.
+* ``"mjx"``: the step is pure JAX (:mod:`.mjx_backend`, ``mujoco.mjx``) on the MJX-friendly models of
+  :mod:`.mjx_model` (cylinders as prisms, no margins, the floor and moving fixture parts × table
+  filtered; each substitution's measured effect is documented there). ``tasks=`` names the tasks whose models the step compiles in
+  (default all; a mixed batch evaluates every compiled model on every row under ``vmap``, so restrict it to
+  the level's or one task's on accelerators); rows of other tasks come back NaN. The reset runs
+  Meta-World's reset procedure (250 MuJoCo steps of hand settling plus the task's writes) on MuJoCo C on the
+  same MJX-friendly models through ``pure_callback`` (once per episode), and hands the state over in
+  float32. ``phys``/``ctrl`` of :class:`EnvState` are then float32 vectors (host layouts) instead of
+  float64 bit patterns. On a CPU MJX is far slower than MuJoCo C (experiments/benchmarks/metaworld_mjx.py).
 
 Semantics (Meta-World v3, BENCHMARK §2.2):
 
@@ -33,6 +44,7 @@ Semantics (Meta-World v3, BENCHMARK §2.2):
 
 from __future__ import annotations
 
+import functools
 from typing import Final
 
 import chex
@@ -42,6 +54,7 @@ import numpy as np
 from flax import struct
 
 from imaginejax.envs.base import EnvParams, TaskEnv, make_level_params
+from imaginejax.envs.cheetah.backends import Backend, resolve_backend
 from imaginejax.envs.metaworld import tasks
 from imaginejax.envs.metaworld.host import get_host
 from imaginejax.envs.metaworld.scenes import SENSOR_DIM
@@ -60,8 +73,10 @@ class EnvState:
     """Environment state; every field gets a leading (B,) axis in the batched kernels.
 
     Attributes:
-      phys: (S, 2) uint32 MuJoCo FULLPHYSICS state, the float64 bit pattern (exact; only the host reads it).
-      ctrl: (C, 2) uint32 control vector (actuators, mocap poses: the hand's target), float64 bits.
+      phys: (S, 2) uint32 MuJoCo FULLPHYSICS state, the float64 bit pattern (exact; only the host reads it);
+        with backend "mjx" (S,) float32 (the same layout, rounded).
+      ctrl: (C, 2) uint32 control vector (actuators, mocap poses: the hand's target), float64 bits; with
+        backend "mjx" (C,) float32.
       sensors: (39,) float32 observables of the current physics state (:mod:`.scenes` layout).
       consts: (18,) float32 episode constants (:class:`.tasks.Extras`).
       vec: (91,) float32 the current 91-d state, distractor included.
@@ -113,7 +128,15 @@ def _with_distractor(vec: jax.Array, slot: jax.Array, pose: jax.Array) -> jax.Ar
 
 
 class MetaWorld(TaskEnv):
-    """Meta-World on MuJoCo C (see the module docstring). Stateless; the level lives in the params."""
+    """Meta-World on MuJoCo C or MJX (see the module docstring). Stateless; the level lives in the params.
+
+    Args:
+      nthread: MuJoCo C threads (default: all usable CPUs).
+      backend: "auto" (MJX on an accelerator, MuJoCo C on a CPU), "mujoco" or "mjx".
+      tasks: MJX only: names of the tasks whose models the step compiles in (default: all 22).
+    Raises:
+      ValueError: unknown backend or task name; ``tasks`` with the MuJoCo C backend.
+    """
 
     name: Final[str] = ENV_NAME
     state_dim: Final[int] = tasks.STATE_DIM
@@ -121,19 +144,44 @@ class MetaWorld(TaskEnv):
     goal_dim: Final[int] = tasks.GOAL_DIM
     discrete: Final[bool] = False
     levels: Final[tuple[str, ...]] = tasks.LEVELS
-    backend: Final[str] = "mujoco"
 
     success = staticmethod(tasks.success)
     reward = staticmethod(tasks.reward)
     legal = staticmethod(tasks.legal)
 
-    def __init__(self, nthread: int | None = None) -> None:
+    def __init__(self, nthread: int | None = None, backend: Backend = "auto",
+                 tasks: tuple[str, ...] | None = None) -> None:
         self._nthread = nthread
+        self.backend = resolve_backend(backend)
+        if tasks is not None and self.backend != "mjx":
+            raise ValueError("tasks= selects the models compiled into the MJX step; the MuJoCo C backend serves "
+                             "every task (drop tasks= or use backend='mjx')")
+        if tasks is not None:
+            from imaginejax.envs.metaworld.mjx_backend import task_names
+
+            tasks = task_names(tasks)  # fails early, with the valid names
+        self._mjx_tasks = tasks
+        self._mjx = None
+
+    def __repr__(self) -> str:
+        return f"MetaWorld(backend={self.backend!r}, nthread={self._nthread}, tasks={self._mjx_tasks})"
 
     @property
     def host(self):
-        """The process-wide host side (models, stepper, reset); built on first use."""
-        return get_host(self._nthread)
+        """The process-wide host side (models, stepper, reset); built on first use. With backend "mjx" its
+        models are the MJX-friendly ones (the reset runs there)."""
+        return get_host(self._nthread, mjx_friendly=self.backend == "mjx")
+
+    @property
+    def mjx(self):
+        """The :class:`.mjx_backend.MjxPhysics` of backend "mjx" (built on first use)."""
+        if self.backend != "mjx":
+            raise ValueError(f"this environment uses backend {self.backend!r}; MetaWorld(backend='mjx') has MJX")
+        if self._mjx is None:
+            from imaginejax.envs.metaworld.mjx_backend import MjxPhysics
+
+            self._mjx = MjxPhysics(self.host, self._mjx_tasks)
+        return self._mjx
 
     @staticmethod
     def instructions(level: str) -> tuple[str, ...]:
@@ -187,12 +235,16 @@ class MetaWorld(TaskEnv):
         rand = jnp.take_along_axis(cand, jnp.argmax(ok, axis=1)[:, None, None], axis=1)[:, 0]
 
         host = self.host
-        out_types = (jax.ShapeDtypeStruct((batch, host.state_width, 2), jnp.uint32),
-                     jax.ShapeDtypeStruct((batch, host.control_width, 2), jnp.uint32),
+        exact = self.backend != "mjx"  # the host step keeps float64 bit patterns; the MJX step float32
+        callback = functools.partial(host._reset_callback, exact=exact)
+        pair, dtype = ((2,), jnp.uint32) if exact else ((), jnp.float32)
+        phys_shape, ctrl_shape = (host.state_width,) + pair, (host.control_width,) + pair
+        out_types = (jax.ShapeDtypeStruct((batch,) + phys_shape, dtype),
+                     jax.ShapeDtypeStruct((batch,) + ctrl_shape, dtype),
                      jax.ShapeDtypeStruct((batch, tasks.CONST_DIM), jnp.float32),
                      jax.ShapeDtypeStruct((batch, SENSOR_DIM), jnp.float32))
         phys, ctrl, consts, sensors = jax.pure_callback(
-            host._reset_callback, out_types, tid, rand.astype(jnp.float32), vmap_method="broadcast_all")
+            callback, out_types, tid, rand.astype(jnp.float32), vmap_method="broadcast_all")
 
         free = ~jnp.asarray(tasks.SLOT_USED)[tid]  # (B, 12)
         slot = jax.vmap(lambda k, f: jax.random.choice(k, tasks.NUM_SLOTS, p=f / f.sum()))(k_slot, free.astype(jnp.float32))
@@ -227,16 +279,17 @@ class MetaWorld(TaskEnv):
         batch = state.vec.shape[0]
         action = jnp.asarray(action, jnp.float32)
         chex.assert_shape(action, (batch, 4))
-        host = self.host
         tid = params.goals[state.task, 0]
         active = ~state.done
 
-        # Meta-World's mocap and gripper control, and the physics, on the host (float64, bit-exact state).
-        out_types = (jax.ShapeDtypeStruct(state.phys.shape, jnp.uint32),
-                     jax.ShapeDtypeStruct(state.ctrl.shape, jnp.uint32),
-                     jax.ShapeDtypeStruct((batch, SENSOR_DIM), jnp.float32))
-        phys, ctrl, sensors = jax.pure_callback(host._step_callback, out_types, state.phys, state.ctrl, action, tid,
-                                                active, vmap_method="broadcast_all")
+        if self.backend == "mjx":  # Meta-World's control and the physics in JAX (float32)
+            phys, ctrl, sensors = self.mjx.step(state.phys, state.ctrl, action, tid, active)
+        else:  # Meta-World's mocap and gripper control, and the physics, on the host (float64, bit-exact state)
+            out_types = (jax.ShapeDtypeStruct(state.phys.shape, jnp.uint32),
+                         jax.ShapeDtypeStruct(state.ctrl.shape, jnp.uint32),
+                         jax.ShapeDtypeStruct((batch, SENSOR_DIM), jnp.float32))
+            phys, ctrl, sensors = jax.pure_callback(self.host._step_callback, out_types, state.phys, state.ctrl,
+                                                    action, tid, active, vmap_method="broadcast_all")
         keep = active[:, None]
         sensors = jnp.where(keep, sensors, state.sensors)
 

@@ -72,8 +72,9 @@ class MetaWorldHost:
     :attr:`fixture_mocaps`; ``eq_active`` carries the locked door's latch (see :meth:`controls64`).
     """
 
-    def __init__(self, nthread: int | None = None) -> None:
-        self.models = tuple(scenes.build_model(t.scene) for t in TASKS)
+    def __init__(self, nthread: int | None = None, *, mjx_friendly: bool = False) -> None:
+        self.mjx_friendly = bool(mjx_friendly)
+        self.models = tuple(scenes.build_model(t.scene, mjx_friendly=self.mjx_friendly) for t in TASKS)
         self.stepper = HostStepper(self.models, FRAME_SKIP, control_spec=CONTROL_SPEC, nthread=nthread, readout=True)
         self.state_width = self.stepper.state_width
         self.control_width = self.stepper.control_width
@@ -352,23 +353,31 @@ class MetaWorldHost:
                 pack64(new_control).reshape(lead + (self.control_width, 2)),
                 sensors.astype(np.float32).reshape(lead + (scenes.SENSOR_DIM,)))
 
-    def _reset_callback(self, task: np.ndarray, rand: np.ndarray) -> tuple[np.ndarray, ...]:
+    def _reset_callback(self, task: np.ndarray, rand: np.ndarray, exact: bool = True) -> tuple[np.ndarray, ...]:
+        """Reset rows → state, control (``exact``: float64 bit patterns, else float32 for the MJX backend),
+        constants and sensors (float32)."""
         lead = np.shape(task)
         n = int(np.prod(lead))
         out = self.reset64(np.reshape(task, n), np.reshape(rand, (n, RAND_DIM)))
-        return (pack64(out["state"]).reshape(lead + (self.state_width, 2)),
-                pack64(out["control"]).reshape(lead + (self.control_width, 2)),
-                out["consts"].astype(np.float32).reshape(lead + (CONST_DIM,)),
+        if exact:
+            state = pack64(out["state"]).reshape(lead + (self.state_width, 2))
+            control = pack64(out["control"]).reshape(lead + (self.control_width, 2))
+        else:
+            state = out["state"].astype(np.float32).reshape(lead + (self.state_width,))
+            control = out["control"].astype(np.float32).reshape(lead + (self.control_width,))
+        return (state, control, out["consts"].astype(np.float32).reshape(lead + (CONST_DIM,)),
                 out["sensors"].astype(np.float32).reshape(lead + (scenes.SENSOR_DIM,)))
 
 
-_HOSTS: dict[int | None, MetaWorldHost] = {}
+_HOSTS: dict[tuple[int | None, bool], MetaWorldHost] = {}
 _HOSTS_LOCK = threading.Lock()
 
 
-def get_host(nthread: int | None = None) -> MetaWorldHost:
-    """The process-wide :class:`MetaWorldHost` with ``nthread`` C threads (default: all usable CPUs)."""
+def get_host(nthread: int | None = None, *, mjx_friendly: bool = False) -> MetaWorldHost:
+    """The process-wide :class:`MetaWorldHost` with ``nthread`` C threads (default: all usable CPUs), on
+    Meta-World's models or (``mjx_friendly``) on the MJX-friendly ones of :mod:`.mjx_model`."""
+    key = (nthread, bool(mjx_friendly))
     with _HOSTS_LOCK:
-        if nthread not in _HOSTS:
-            _HOSTS[nthread] = MetaWorldHost(nthread)
-        return _HOSTS[nthread]
+        if key not in _HOSTS:
+            _HOSTS[key] = MetaWorldHost(nthread, mjx_friendly=mjx_friendly)
+        return _HOSTS[key]

@@ -232,7 +232,8 @@ def _scene_text_check(xml: str) -> Path:
     return path
 
 
-def build_model(scene: SceneSpec, *, with_sensors: bool = True, fixtures_as_mocap: bool = True) -> mujoco.MjModel:
+def build_model(scene: SceneSpec, *, with_sensors: bool = True, fixtures_as_mocap: bool = True,
+                mjx_friendly: bool = False) -> mujoco.MjModel:
     """Compiles a task's model (a new object per call).
 
     Args:
@@ -240,6 +241,8 @@ def build_model(scene: SceneSpec, *, with_sensors: bool = True, fixtures_as_moca
       with_sensors: add the :data:`SENSOR_DIM` observables (see the module docstring).
       fixtures_as_mocap: turn ``scene.fixtures`` into mocap bodies (False gives Meta-World's own model,
         used by the tests to check that the edit leaves the dynamics unchanged).
+      mjx_friendly: apply :func:`.mjx_model.mjx_friendly` (the substitutions MJX needs) before compiling;
+        the state and control layouts stay those of the original model.
     """
     spec = mujoco.MjSpec.from_file(str(_scene_text_check(scene.xml)))
     if scene.edit is not None:
@@ -272,7 +275,12 @@ def build_model(scene: SceneSpec, *, with_sensors: bool = True, fixtures_as_moca
         else:  # a one-value stand-in: the first arm joint
             _add_pos(spec, "ij_joint", Sensor("joint", "right_j0"))
         _add_pos(spec, "ij_extra", scene.extra_pos or hand)
-    model = spec.compile()
+    if mjx_friendly:
+        from imaginejax.envs.metaworld.mjx_model import mjx_friendly as _transform
+
+        model, _ = _transform(spec)
+    else:
+        model = spec.compile()
     reset_mocap_welds(model)
     if with_sensors and model.nsensordata != SENSOR_DIM:
         raise AssertionError(f"sensor layout of {scene.xml} has {model.nsensordata} values, expected {SENSOR_DIM}")

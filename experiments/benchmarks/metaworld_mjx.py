@@ -1,0 +1,219 @@
+"""Meta-World on MJX: what the MJX-friendly models cost and change, and MJX against MuJoCo C, per scene.
+
+    python experiments/benchmarks/metaworld_mjx.py effect [--tasks reach push ...] [--episodes 2]
+    python experiments/benchmarks/metaworld_mjx.py speed  [--tasks reach ...] [--batches 1 256 1024] [--steps 3]
+
+``effect`` — the substitutions of :mod:`imaginejax.envs.metaworld.mjx_model` measured on MuJoCo C (no MJX
+involved): for each task and episode (reset vector drawn from a fixed key), the scripted expert
+(:func:`imaginejax.envs.metaworld.expert.expert_action`) runs closed loop on Meta-World's models; its
+action sequence is replayed open loop on the MJX-friendly models from the same reset vector. Reported:
+hand and object position difference (m) between the two after 10 steps, 50 steps and at most over the
+100 steps, and the expert's closed-loop success on both models.
+
+``speed`` — per task: MJX compile time of one jitted environment step (5 MuJoCo steps + observables),
+candidate geom pairs and the static contact count ``ncon`` of the MJX model, and environment steps/s at each
+batch size of MJX (``jit(MjxPhysics.step)``, rows of the one task) against MuJoCo C on the same
+MJX-friendly models (``MetaWorldHost.step64``, all threads, at least 20 steps) in the same run. Each MJX
+measurement runs at most ``--steps`` steps (and is skipped past ``--budget`` s of estimated time). Run
+under ``timeout``: MJX on a CPU compiles for minutes and steps slowly (ARCHITECTURE.md, "Measured").
+
+Measured (2026-11-22, 2 shared CPU cores at load average 11–19, jax 0.12.0.1, mujoco-mjx 3.17; not a quiet
+machine, so compile times are inflated several-fold): ``speed --tasks reach button-press window-open
+--batches 1 256 --steps 2``:
+
+    task          pairs  ncon  MJX compile (b=1)  MJX steps/s b=1  MuJoCo C steps/s b=1 / b=256
+    reach            39   156        258 s              0.90            2,844 / 9,019
+    button-press     76   304        342 s              0.82              148 / 4,667
+    window-open     260   944        972 s              0.15              919 / 2,025
+
+(that run timed MuJoCo C over 2 steps only, before the 20-step minimum: its C numbers are noisy.)
+MJX at batch 256 (reach, ``--batches 256 --steps 1``) compiled in 408 s and was then killed by the kernel's
+OOM killer at 6.9 GB resident (the machine had ~6 GB free); batch 1024 was not attempted.
+
+Both write markdown and JSON to ``results/benchmarks/metaworld_mjx_{effect,speed}.{md,json}`` (or ``--out``).
+Wall-clock numbers: run on a quiet machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from imaginejax.envs.metaworld import mjx_model, scenes, tasks
+from imaginejax.envs.metaworld.host import get_host
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+ALL_TASKS = tuple(t.name for t in tasks.TASKS)
+C_STEPS = 20  # MuJoCo C steps per measurement (at least)
+
+
+def _rand(task: int, seed: int) -> np.ndarray:
+    """(RAND_DIM,) a reset vector in the task's reset space (Meta-World's rejection rule applied)."""
+    rng = np.random.default_rng(seed)
+    for _ in range(1000):
+        r = tasks.RAND_LOW[task] + rng.random(tasks.RAND_DIM) * (tasks.RAND_HIGH[task] - tasks.RAND_LOW[task])
+        if np.linalg.norm(r[0:2] - r[3:5]) >= tasks.MIN_XY_GAP[task]:
+            return r
+    raise RuntimeError("no reset vector passed the rejection rule")
+
+
+@jax.jit
+def _observe(sensors: jax.Array, consts: jax.Array, task: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(1, 39) sensors, (1, CONST_DIM) constants, (1,) task → the expert's (1, 4) action and (1,) success."""
+    from imaginejax.envs.metaworld.expert import expert_action
+
+    vec = tasks.state_from_sensors(sensors, task, consts[:, 0:3])
+    extras = tasks.extras_from_sensors(sensors, consts)
+    return expert_action(vec, task), tasks.success_from(vec, task, extras)
+
+
+def _closed_loop(host, task: int, rand: np.ndarray, steps: int = tasks.MAX_STEPS):
+    """Expert episode on ``host``'s models: actions (T, 4), sensors (T, 39), success flag."""
+    out = host.reset64(np.array([task]), rand[None])
+    state, control, consts, sensors = out["state"], out["control"], out["consts"], out["sensors"]
+    consts32, tid = jnp.asarray(consts, jnp.float32), jnp.asarray([task])
+    actions, trace, success = [], [], False
+    action, _ = _observe(jnp.asarray(sensors, jnp.float32), consts32, tid)
+    for _ in range(steps):
+        action = np.asarray(action, np.float32)
+        state, control, sensors = host.step64(state, control, action, np.array([task]))
+        actions.append(action[0])
+        trace.append(sensors[0])
+        action, done = _observe(jnp.asarray(sensors, jnp.float32), consts32, tid)
+        if bool(done[0]):
+            success = True
+            break
+    return np.array(actions), np.array(trace), success
+
+
+def _open_loop(host, task: int, rand: np.ndarray, actions: np.ndarray) -> np.ndarray:
+    """Sensors (T, 39) of ``actions`` replayed on ``host``'s models from the reset of ``rand``."""
+    out = host.reset64(np.array([task]), rand[None])
+    state, control = out["state"], out["control"]
+    trace = []
+    for a in actions:
+        state, control, sensors = host.step64(state, control, a[None], np.array([task]))
+        trace.append(sensors[0])
+    return np.array(trace)
+
+
+def effect(names: tuple[str, ...], episodes: int) -> list[dict]:
+    """Rows of the ``effect`` table (see the module docstring)."""
+    original, friendly = get_host(), get_host(mjx_friendly=True)
+    sl = scenes.sensor_slices()
+    rows = []
+    for name in names:
+        k = tasks.TASK_INDEX[name]
+        d_hand, d_obj, ok_orig, ok_mjx = {10: [], 50: [], "max": []}, {10: [], 50: [], "max": []}, 0, 0
+        for ep in range(episodes):
+            rand = _rand(k, 1000 * k + ep)
+            actions, trace, success = _closed_loop(original, k, rand)
+            ok_orig += success
+            ok_mjx += _closed_loop(friendly, k, rand)[2]
+            replay = _open_loop(friendly, k, rand, actions)
+            hand = np.linalg.norm(trace[:, sl["hand"]] - replay[:, sl["hand"]], axis=-1)
+            obj = np.linalg.norm(trace[:, sl["obj"]] - replay[:, sl["obj"]], axis=-1)
+            for store, dist in ((d_hand, hand), (d_obj, obj)):
+                for t in (10, 50):
+                    store[t].append(dist[min(t, len(dist)) - 1])
+                store["max"].append(dist.max())
+        m0 = scenes.build_model(tasks.TASKS[k].scene)
+        m1 = scenes.build_model(tasks.TASKS[k].scene, mjx_friendly=True)
+        rows.append({"task": name, "pairs_original": mjx_model.candidate_pairs(m0),
+                     "pairs_mjx": mjx_model.candidate_pairs(m1),
+                     **{f"hand_{t}": float(np.max(v)) for t, v in d_hand.items()},
+                     **{f"obj_{t}": float(np.max(v)) for t, v in d_obj.items()},
+                     "success_original": ok_orig / episodes, "success_mjx_model": ok_mjx / episodes})
+        print(rows[-1], flush=True)
+    return rows
+
+
+def speed(names: tuple[str, ...], batches: tuple[int, ...], steps: int, budget: float) -> list[dict]:
+    """Rows of the ``speed`` table (see the module docstring)."""
+    from mujoco import mjx
+
+    from imaginejax.envs.metaworld.mjx_backend import MjxPhysics
+
+    host = get_host(mjx_friendly=True)
+    rows = []
+    for name in names:
+        k = tasks.TASK_INDEX[name]
+        physics = MjxPhysics(host, (name,))
+        ncon = int(mjx.make_data(physics.mjx_models[0])._impl.contact.dist.shape[0])
+        step = jax.jit(physics.step)
+        row = {"task": name, "pairs": mjx_model.candidate_pairs(physics.models[0]), "ncon": ncon}
+        per_row_s = None
+        for b in batches:
+            out = host.reset64(np.full(b, k), np.stack([_rand(k, i) for i in range(b)]))
+            state, control = out["state"], out["control"]
+            c_steps = max(steps, C_STEPS)  # MuJoCo C is cheap: more steps for a steadier number
+            actions = np.random.default_rng(0).uniform(-1, 1, (c_steps, b, 4)).astype(np.float32)
+            task = np.full(b, k)
+            host.step64(state, control, actions[0], task)  # warm-up
+            t0 = time.perf_counter()
+            for a in actions:
+                state, control, _ = host.step64(state, control, a, task)
+            row[f"mujoco_b{b}"] = b * c_steps / (time.perf_counter() - t0)
+            actions = actions[:steps]
+            if per_row_s is not None and per_row_s * b * steps > budget:
+                row[f"mjx_b{b}"] = None  # estimated past the budget
+                continue
+            p, c = jnp.asarray(out["state"], jnp.float32), jnp.asarray(out["control"], jnp.float32)
+            tk, act = jnp.asarray(task), jnp.ones(b, bool)
+            t0 = time.perf_counter()
+            jax.block_until_ready(step.lower(p, c, jnp.asarray(actions[0]), tk, act).compile())
+            row[f"compile_b{b}_s"] = time.perf_counter() - t0
+            jax.block_until_ready(step(p, c, jnp.asarray(actions[0]), tk, act))  # warm-up
+            t0 = time.perf_counter()
+            for a in actions:
+                p, c, s = step(p, c, jnp.asarray(a), tk, act)
+            jax.block_until_ready(s)
+            elapsed = time.perf_counter() - t0
+            row[f"mjx_b{b}"] = b * steps / elapsed
+            per_row_s = elapsed / (b * steps)
+        rows.append(row)
+        print(row, flush=True)
+    return rows
+
+
+def _table(rows: list[dict]) -> str:
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    fmt = lambda v: "—" if v is None else (f"{v:.3g}" if isinstance(v, float) else str(v))  # noqa: E731
+    lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+    lines += ["| " + " | ".join(fmt(r.get(k)) for k in keys) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("mode", choices=("effect", "speed"))
+    parser.add_argument("--tasks", nargs="+", default=list(ALL_TASKS), choices=ALL_TASKS)
+    parser.add_argument("--episodes", type=int, default=2)
+    parser.add_argument("--batches", type=int, nargs="+", default=[1, 256, 1024])
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--budget", type=float, default=300.0, help="skip an MJX batch estimated to take longer (s)")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    names = tuple(args.tasks)
+    rows = effect(names, args.episodes) if args.mode == "effect" else speed(names, tuple(args.batches), args.steps,
+                                                                           args.budget)
+    conditions = {"machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
+                  "jax": jax.__version__, "backend": jax.default_backend(), "argv": os.sys.argv[1:]}
+    out = args.out or REPO_ROOT / "results" / "benchmarks" / f"metaworld_mjx_{args.mode}"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps({"conditions": conditions, "rows": rows}, indent=1))
+    table = _table(rows)
+    out.with_suffix(".md").write_text(f"{table}\n\nconditions: {conditions}\n")
+    print(table)
+
+
+if __name__ == "__main__":
+    main()

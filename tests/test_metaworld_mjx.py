@@ -1,0 +1,225 @@
+"""Meta-World's MJX backend: the MJX-friendly models (every scene accepted by ``mjx.put_model``, the
+substitutions as documented) and MJX against MuJoCo C on those models over a short horizon.
+
+MJX compiles slowly on a CPU (one environment step of reach: 258 s on a 2-core machine at load ~11; the
+quiet-machine time was not measured), so the MJX-vs-MuJoCo-C agreement is checked on one scene, ``reach`` (the Sawyer arm, fingers, a free puck on
+the table: every contact kind of the arm–object scenes), with one compiled environment step shared by all
+its tests. The other scenes are covered by the put_model, layout and control tests (no compile) and by
+``experiments/benchmarks/metaworld_mjx.py``.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import mujoco
+import numpy as np
+import pytest
+
+from imaginejax.envs.metaworld import mjx_model, scenes, tasks
+from imaginejax.envs.metaworld.env import MetaWorld, make_params
+from imaginejax.envs.metaworld.host import get_host
+from imaginejax.envs.mujoco_host import FULLPHYSICS, state_layout
+
+mjx = pytest.importorskip("mujoco.mjx")
+
+PARITY_TASK = "reach"
+HORIZON = 10          # environment steps (50 MuJoCo steps of 2.5 ms)
+POS_TOL = 2e-3        # m: hand, fingers, pads, object (float32 MJX vs float64 MuJoCo C, same model)
+QUAT_TOL = 1e-2       # object quaternion entries
+
+
+def _scene_keys() -> dict[tuple[str, str | None], str]:
+    """One task per distinct scene (file and edit)."""
+    out: dict[tuple[str, str | None], str] = {}
+    for t in tasks.TASKS:
+        out.setdefault((t.scene.xml, t.scene.edit), t.name)
+    return out
+
+
+@pytest.fixture(scope="module")
+def friendly_host():
+    return get_host(1, mjx_friendly=True)
+
+
+def test_every_scene_is_accepted_by_put_model_and_the_originals_are_not() -> None:
+    refused = 0
+    for (xml, _), name in _scene_keys().items():
+        scene = tasks.TASKS[tasks.TASK_INDEX[name]].scene
+        try:
+            mjx.put_model(scenes.build_model(scene))
+        except NotImplementedError:
+            refused += 1
+        model = scenes.build_model(scene, mjx_friendly=True)
+        mjx.put_model(model)  # raises NotImplementedError if a pair is unsupported
+        assert not np.any(model.geom_type[(model.geom_contype | model.geom_conaffinity) != 0]
+                          == mujoco.mjtGeom.mjGEOM_CYLINDER), xml
+        coll = (model.geom_contype | model.geom_conaffinity) != 0
+        assert np.all(model.geom_margin[coll] == 0) and np.all(model.geom_gap[coll] == 0), xml
+    assert refused >= 10  # the transform is what makes them acceptable (measured: 14 of 16 scenes refused)
+
+
+def test_transform_keeps_layouts_inertia_and_sensor_readings(friendly_host) -> None:
+    original = get_host(1)
+    for k, t in enumerate(tasks.TASKS):
+        a, b = original.models[k], friendly_host.models[k]
+        assert state_layout(a, FULLPHYSICS) == state_layout(b, FULLPHYSICS), t.name
+        np.testing.assert_allclose(a.body_mass, b.body_mass, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(a.body_inertia, b.body_inertia, rtol=0, atol=1e-12)
+    # the same reset (arm settling, task writes) reads the same observables to the contact-margin change
+    rand = np.stack([0.5 * (tasks.RAND_LOW[k] + tasks.RAND_HIGH[k]) for k in range(len(tasks.TASKS))])
+    ids = np.arange(len(tasks.TASKS))
+    s0, s1 = original.reset64(ids, rand)["sensors"], friendly_host.reset64(ids, rand)["sensors"]
+    np.testing.assert_allclose(s0, s1, atol=5e-3)
+
+
+def test_cylinders_become_prisms_on_the_cylinder() -> None:
+    """The puck (a cylinder of radius 2 cm, half-height 2 cm) becomes a 16-gon prism whose vertices lie on
+    its rim, and sensors of its frame read the same pose."""
+    scene = tasks.TASKS[tasks.TASK_INDEX["reach"]].scene
+    before = scenes.build_model(scene)
+    model = scenes.build_model(scene, mjx_friendly=True)
+    g = before.geom("objGeom").id
+    assert before.geom_type[g] == mujoco.mjtGeom.mjGEOM_CYLINDER
+    assert model.geom_type[g] == mujoco.mjtGeom.mjGEOM_MESH
+    mesh = model.geom_dataid[g]
+    vert = model.mesh_vert[model.mesh_vertadr[mesh]:model.mesh_vertadr[mesh] + model.mesh_vertnum[mesh]]
+    assert vert.shape == (2 * mjx_model.CYLINDER_SIDES, 3)
+    # centred at the origin (the compiler may turn it to its principal axes): every vertex on the rim of
+    # the 2 cm x 2 cm cylinder is at hypot(radius, half-height) from the centre
+    np.testing.assert_allclose(np.linalg.norm(vert, axis=1), np.hypot(0.02, 0.02), atol=1e-7)
+    np.testing.assert_allclose(vert.mean(0), 0.0, atol=1e-9)
+    d0, d1 = mujoco.MjData(before), mujoco.MjData(model)
+    mujoco.mj_forward(before, d0)
+    mujoco.mj_forward(model, d1)
+    np.testing.assert_allclose(d0.sensordata, d1.sensordata, atol=1e-12)
+
+
+def test_substitutions_of_the_reach_scene_are_the_documented_ones() -> None:
+    """reach: one colliding cylinder (the puck), four finger boxes with a 1 mm margin, the floor plane."""
+    spec = mujoco.MjSpec.from_file(str(scenes.assets_dir() / "sawyer_xyz" / "sawyer_reach_v3.xml"))
+    model, subs = mjx_model.mjx_friendly(spec)
+    assert subs.cylinders == ("objGeom",)
+    assert sorted(subs.margins) == ["leftclaw_it", "leftpad_geom", "rightclaw_it", "rightpad_geom"]
+    assert subs.filtered == ("floor",)
+    assert subs.inertia_kept == ("obj",)
+    assert spec.geom("objGeom").type == mujoco.mjtGeom.mjGEOM_CYLINDER  # the input spec is not changed
+    with pytest.raises(ValueError, match="sides"):
+        mjx_model.mjx_friendly(spec, sides=4)
+
+
+def test_contact_filter_drops_the_floor_and_moving_fixture_parts_against_the_table() -> None:
+    """window-open: the sliding pane (windowb_a) keeps its contacts with the gripper and its own frame
+    (the unnamed window body and windowb_b), loses those with the table and its walls; no floor pairs."""
+    from mujoco.mjx._src.collision_driver import geom_pairs
+
+    scene = tasks.TASKS[tasks.TASK_INDEX["window-open"]].scene
+    model = scenes.build_model(scene, mjx_friendly=True)
+    before = scenes.build_model(scene)
+
+    def body_pairs(m):
+        return {tuple(sorted((m.body(m.geom_bodyid[a]).name, m.body(m.geom_bodyid[b]).name)))
+                for a, b, _ in geom_pairs(m)}
+
+    now, was = body_pairs(model), body_pairs(before)
+    gripper = {"right_hand", "rightclaw", "rightpad", "leftclaw", "leftpad"}
+    assert {("leftpad", "windowb_a"), ("", "windowb_a"), ("windowb_a", "windowb_b")} <= now
+    assert ("tablelink", "windowb_a") in was and ("tablelink", "windowb_a") not in now
+    assert ("RetainingWall", "windowb_a") in was and ("RetainingWall", "windowb_a") not in now
+    assert not any("world" in p for p in now) and any("world" in p for p in was)
+    assert now <= was
+    assert all(set(p) & gripper or "windowb_a" in p for p in now)
+    assert all(p in now for p in was if set(p) & gripper and "world" not in p)  # the gripper keeps everything
+    assert (mjx_model.candidate_pairs(before), mjx_model.candidate_pairs(model)) == (331, 260)
+
+
+def test_jax_controls_equal_the_hosts(friendly_host) -> None:
+    from imaginejax.envs.metaworld.mjx_backend import MjxPhysics, controls
+
+    physics = MjxPhysics(friendly_host)
+    n = len(tasks.TASKS)
+    ids = np.arange(n)
+    rand = np.stack([0.5 * (tasks.RAND_LOW[k] + tasks.RAND_HIGH[k]) for k in ids])
+    out = friendly_host.reset64(ids, rand)
+    state, control = out["state"], out["control"]
+    lock = np.where(np.arange(n) == tasks.TASK_INDEX["locked-door-open"])[0][0]
+    qpos = state_layout(friendly_host.models[lock], FULLPHYSICS)["qpos"].start
+    lock_qpos = qpos + friendly_host.models[lock].jnt_qposadr[friendly_host.models[lock].body("lock_link").jntadr[0]]
+    state[lock, lock_qpos] = 0.1  # unlocked: the latch must release
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        action = rng.uniform(-1.5, 1.5, (n, 4)).astype(np.float32)
+        want = friendly_host.controls64(control, action, ids, state)
+        got = controls(physics, jnp.asarray(control, jnp.float32), jnp.asarray(action), jnp.asarray(ids),
+                       jnp.asarray(state, jnp.float32))
+        np.testing.assert_allclose(np.asarray(got), want, atol=1e-6)
+        control = want
+
+
+def test_backend_choice_and_bad_options_are_named() -> None:
+    assert MetaWorld().backend == ("mujoco" if jax.default_backend() == "cpu" else "mjx")
+    with pytest.raises(ValueError, match="backend"):
+        MetaWorld(backend="warp")
+    with pytest.raises(ValueError, match="tasks"):
+        MetaWorld(backend="mjx", tasks=("reach-the-moon",))
+    with pytest.raises(ValueError, match="MuJoCo C"):
+        MetaWorld(backend="mujoco", tasks=("reach",))
+
+
+@pytest.fixture(scope="module")
+def mjx_env():
+    env = MetaWorld(nthread=1, backend="mjx", tasks=(PARITY_TASK,))
+    params = make_params("train", embed=False)
+    row = int(np.flatnonzero(np.asarray(params.goals[:, 0]) == tasks.TASK_INDEX[PARITY_TASK])[0])
+    step = jax.jit(env.step_batch)
+    return env, params, row, step
+
+
+def _actions(t: int, batch: int) -> np.ndarray:
+    """Deterministic sweeping actions that move the hand and open then close the gripper."""
+    i = np.arange(batch)[:, None]
+    return np.concatenate([np.sin(0.4 * t + i + np.array([[0.0, 1.0, 2.0]])),
+                           np.full((batch, 1), -1.0 if t < HORIZON // 2 else 1.0)], 1).astype(np.float32)
+
+
+def test_mjx_agrees_with_mujoco_c_on_the_same_model(mjx_env, friendly_host) -> None:
+    """MJX (float32) and MuJoCo C (float64) on the MJX-friendly reach model, from the same reset state,
+    under the same actions: every observable position within POS_TOL m over HORIZON steps."""
+    env, params, row, step = mjx_env
+    batch = 2
+    keys = jax.random.split(jax.random.key(3), batch)
+    obs, state = env.reset_to_task_batch(keys, params, jnp.full((batch,), row))
+    k = tasks.TASK_INDEX[PARITY_TASK]
+    out = friendly_host.reset64(np.full(batch, k), np.asarray(state.reset_vector, np.float64))
+    np.testing.assert_allclose(np.asarray(state.phys), out["state"], atol=1e-6)  # the same reset, rounded
+    c_state, c_control = out["state"], out["control"]
+    sl = scenes.sensor_slices()
+    pos = np.r_[sl["hand"], sl["rclaw"], sl["lclaw"], sl["ree"], sl["lee"], sl["lpad"], sl["rpad"], sl["obj"]]
+    worst = 0.0
+    for t in range(HORIZON):
+        action = _actions(t, batch)
+        obs, state, reward, done, info = step(jax.random.split(jax.random.key(t), batch), state, jnp.asarray(action),
+                                              params)
+        c_state, c_control, c_sensors = friendly_host.step64(c_state, c_control, action, np.full(batch, k))
+        got = np.asarray(state.sensors)
+        worst = max(worst, float(np.abs(got[:, pos] - c_sensors[:, pos]).max()))
+        np.testing.assert_allclose(got[:, pos], c_sensors[:, pos], atol=POS_TOL, err_msg=f"step {t}")
+        np.testing.assert_allclose(got[:, sl["obj_quat"]], c_sensors[:, sl["obj_quat"]], atol=QUAT_TOL)
+        np.testing.assert_allclose(np.asarray(state.ctrl), c_control, atol=1e-6)  # Meta-World's control
+    moved = np.abs(np.asarray(state.sensors)[:, sl["hand"]] - np.asarray(out["sensors"])[:, sl["hand"]]).max()
+    assert moved > 0.02  # the horizon exercised the arm (hand moved > 2 cm)
+    assert np.isfinite(np.asarray(obs)).all() and np.isfinite(np.asarray(reward)).all()
+    print(f"max |MJX - MuJoCo C| over {HORIZON} steps: {worst:.2e} m")
+
+
+def test_mjx_env_freezes_done_rows_and_marks_rows_of_other_tasks(mjx_env) -> None:
+    env, params, row, step = mjx_env
+    other = int(np.flatnonzero(np.asarray(params.goals[:, 0]) == tasks.TASK_INDEX["push"])[0])
+    keys = jax.random.split(jax.random.key(5), 2)
+    _, state = env.reset_to_task_batch(keys, params, jnp.array([row, other]))
+    state = state.replace(done=jnp.array([True, False]))
+    _, after, reward, _, _ = step(keys, state, jnp.ones((2, 4)), params)
+    np.testing.assert_array_equal(np.asarray(after.phys[0]), np.asarray(state.phys[0]))  # frozen row
+    assert float(reward[0]) == 0.0
+    assert np.isnan(np.asarray(after.phys[1])).all()  # push is not compiled into this env's MJX step
+    assert not bool(tasks.legal(after.vec[1]))  # and its state is flagged as illegal
