@@ -44,7 +44,7 @@ from __future__ import annotations
 import math
 import os
 import threading
-from typing import Final, Sequence
+from typing import Final, Literal, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -52,6 +52,8 @@ import mujoco
 import numpy as np
 
 __all__ = [
+    "BACKENDS",
+    "Backend",
     "FULLPHYSICS",
     "HostStepper",
     "default_threads",
@@ -59,6 +61,7 @@ __all__ = [
     "host_step",
     "join64",
     "pack64",
+    "resolve_backend",
     "split64",
     "unpack64",
     "state_layout",
@@ -70,6 +73,23 @@ _USER: Final[int] = int(mujoco.mjtState.mjSTATE_USER.value)
 # Sensor stages that the readout can reproduce (evaluated before the extra step's controls matter).
 _READOUT_STAGES: Final[tuple[int, ...]] = (int(mujoco.mjtStage.mjSTAGE_POS), int(mujoco.mjtStage.mjSTAGE_VEL),
                                            int(mujoco.mjtStage.mjSTAGE_NONE))
+
+
+Backend = Literal["auto", "mujoco", "mjx"]
+BACKENDS: Final[tuple[str, ...]] = ("auto", "mujoco", "mjx")
+
+
+def resolve_backend(backend: str) -> Literal["mujoco", "mjx"]:
+    """The physics backend of a MuJoCo environment: ``"auto"`` → ``"mjx"`` on an accelerator (GPU/TPU),
+    ``"mujoco"`` (MuJoCo C on host threads) on a CPU; ``"mujoco"`` / ``"mjx"`` unchanged.
+
+    Raises: ValueError naming the valid choices.
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown physics backend {backend!r}; valid backends: {', '.join(BACKENDS)}")
+    if backend == "auto":
+        return "mujoco" if jax.default_backend() == "cpu" else "mjx"
+    return backend  # type: ignore[return-value]
 
 
 def default_threads() -> int:

@@ -41,9 +41,8 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 import threading
-from typing import Final, Literal
+from typing import Final
 
 import jax
 import jax.numpy as jnp
@@ -53,9 +52,8 @@ from flax import struct
 
 from imaginejax.envs.cheetah import model as cheetah_model
 from imaginejax.envs.cheetah.model import FRAME_SKIP, NQ, NU, NV
+from imaginejax.envs.mujoco_host import BACKENDS, Backend, default_threads, resolve_backend
 
-Backend = Literal["auto", "mujoco", "mjx"]
-BACKENDS: Final[tuple[str, ...]] = ("auto", "mujoco", "mjx")
 PACKED_IN: Final[int] = 2 * NQ + 2 * NV + NU + 1  # callback input per row (see MujocoRunner.__call__)
 PACKED_OUT: Final[int] = 2 * NQ + 2 * NV + 1
 SERIAL_BELOW: Final[int] = 32  # batches smaller than this run in the calling thread (pool hand-off costs more)
@@ -108,26 +106,6 @@ class Physics:
         qpos = np.asarray(self.qpos, np.float64) + np.asarray(self.qpos_lo, np.float64)
         qvel = np.asarray(self.qvel, np.float64) + np.asarray(self.qvel_lo, np.float64)
         return qpos, qvel
-
-
-def resolve_backend(backend: str) -> Literal["mujoco", "mjx"]:
-    """``"auto"`` → ``"mjx"`` on an accelerator (GPU/TPU), ``"mujoco"`` on a CPU; others unchanged.
-
-    Raises: ValueError naming the valid choices.
-    """
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown physics backend {backend!r}; valid backends: {', '.join(BACKENDS)}")
-    if backend == "auto":
-        return "mujoco" if jax.default_backend() == "cpu" else "mjx"
-    return backend  # type: ignore[return-value]
-
-
-def default_threads() -> int:
-    """Number of CPUs this process may run on (MuJoCo C thread-pool size)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not on Linux
-        return max(1, os.cpu_count() or 1)
 
 
 def _split(x: np.ndarray, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:

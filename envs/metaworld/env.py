@@ -54,7 +54,7 @@ import numpy as np
 from flax import struct
 
 from imaginejax.envs.base import EnvParams, TaskEnv, make_level_params
-from imaginejax.envs.cheetah.backends import Backend, resolve_backend
+from imaginejax.envs.mujoco_host import Backend, resolve_backend
 from imaginejax.envs.metaworld import tasks
 from imaginejax.envs.metaworld.host import get_host
 from imaginejax.envs.metaworld.scenes import SENSOR_DIM
