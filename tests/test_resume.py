@@ -149,14 +149,18 @@ def test_damaged_or_foreign_checkpoints_are_refused(tmp_path):
     with pytest.raises(CheckpointError, match="different sweep"):
         trainer.train(keys, BCHyperparams(learning_rate=jnp.full((2,), 2e-3, jnp.float32)), real, log=None,
                       checkpoint_dir=ckpt, resume=True)
-    # A truncated array file: the error names the file and what to do.
+    # A truncated array file (the largest chunk file of orbax's tree): the error names the file and
+    # what to do.
     latest = list_checkpoints(ckpt / "chunk-000")[-1][1]
-    data = (latest / "arrays.npz").read_bytes()
-    (latest / "arrays.npz").write_bytes(data[: len(data) // 2])
-    with pytest.raises(CheckpointError, match=r"arrays\.npz is truncated or corrupted.*delete .*step-00000002"):
+    chunk_file = max((p for p in (latest / "arrays" / "tree").rglob("*") if p.is_file()),
+                     key=lambda p: p.stat().st_size)
+    data = chunk_file.read_bytes()
+    chunk_file.write_bytes(data[: len(data) // 2])
+    with pytest.raises(CheckpointError,
+                       match=rf"{chunk_file.name} is truncated or corrupted.*delete .*step-00000002"):
         trainer.train(keys, hp, real, log=None, checkpoint_dir=ckpt, resume=True)
     # A corrupted manifest likewise.
-    (latest / "manifest.json").write_text("{not json")
+    (latest / "arrays" / "manifest.json").write_text("{not json")
     with pytest.raises(CheckpointError, match=r"manifest\.json is missing or corrupted"):
         trainer.train(keys, hp, real, log=None, checkpoint_dir=ckpt, resume=True)
 

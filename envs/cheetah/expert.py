@@ -23,7 +23,9 @@ CQL's with the conservative term removed and the entropy term kept in the target
     L(θ) = Σ_i E[(Q_θi(o, a) − y)²],  L(φ) = E[α log π(ã|o) − min_i Q_θi(o, ã)],
     L(log α) = −log α · E[log π(ã|o) + H̄],  H̄ = −6.
 
-Parameters are saved with :mod:`imaginejax.checkpoint` (the project's atomic, checksummed writer).
+Training checkpoints (:func:`save_expert`, :func:`load_expert`, ``--out``, ``--export-from``) are written
+with :mod:`imaginejax.checkpoint`, the project's one checkpoint module: orbax-checkpoint, synchronous,
+atomic (orbax's temporary directory, renamed when complete), SHA-256-verified on load, last two kept.
 
 **The two-leg hard tasks are composed, not learned.** Trained on "forward then backward" directly, the
 policy settles in a local optimum: it rears up (pitch ≈ 1.2 rad) and shuffles forward ≈ 2.5 m in 200
@@ -40,6 +42,8 @@ task (the identity on the seven other goals), so data collection has one policy 
 SHA-256 :data:`PACKAGED_SHA256`): :func:`expert_policy` collects data on a fresh machine without
 training. Regenerate with ``python -m imaginejax.envs.cheetah.expert --out DIR --write-asset FILE``
 (trains; ``--export-from CHECKPOINT`` exports an existing checkpoint instead) and update the checksum.
+The asset is a data file exported from a training checkpoint (the actor only, one byte-reproducible
+NumPy ``.npz`` read by :func:`load_actor_file`), not a checkpoint itself.
 """
 
 from __future__ import annotations
@@ -62,8 +66,8 @@ from imaginejax.algos.common import TwinCritic, adam_step, polyak_update, td_tar
 from imaginejax.algos.cql import ContinuousCQLState, continuous_cql_default_hp, init_continuous_cql
 from imaginejax.algos.networks import NetConfig
 from imaginejax.algos.sac import TanhGaussianActor, sac_actor_loss, sample_tanh_gaussian, temperature_loss
-from imaginejax.checkpoint import (CheckpointError, flatten_named, list_checkpoints, load_checkpoint,
-                                   save_checkpoint, unflatten_named)
+from imaginejax.checkpoint import (CheckpointError, flatten_named, is_checkpoint, list_checkpoints,
+                                   load_checkpoint, save_checkpoint, unflatten_named)
 from imaginejax.data.types import Batch
 from imaginejax.envs.base import EnvParams
 
@@ -479,7 +483,7 @@ def load_actor(weights: str | Path | None = None, config: ExpertConfig = ExpertC
     path = Path(weights)
     if path.is_file():
         return load_actor_file(path, None, config)
-    if not (path / "manifest.json").exists():
+    if not is_checkpoint(path):
         found = list_checkpoints(path)
         if not found:
             raise CheckpointError(f"no HalfCheetah expert checkpoint in {path} (expected an actor .npz file, a "
@@ -490,7 +494,9 @@ def load_actor(weights: str | Path | None = None, config: ExpertConfig = ExpertC
 
 def save_expert(directory: str | Path, sac: ContinuousCQLState, config: ExpertConfig, step: int,
                 meta: dict[str, Any] | None = None) -> Path:
-    """Writes the actor parameters (and SAC state) as checkpoint ``step`` in ``directory``."""
+    """Writes the SAC state (actor, critics, targets, temperature, optimiser moments) as orbax checkpoint
+    ``directory/step-<step:08d>`` through :func:`imaginejax.checkpoint.save_checkpoint` (the last two
+    checkpoints are kept); ``meta`` (JSON) is stored with the expert's configuration. Returns its path."""
     arrays = flatten_named(jax.device_get(sac), "sac")
     info = {"kind": "cheetah-sac-expert", "config": {k: (dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v)
                                                      for k, v in dataclasses.asdict(config).items()}}
@@ -499,7 +505,13 @@ def save_expert(directory: str | Path, sac: ContinuousCQLState, config: ExpertCo
 
 
 def load_expert(path: str | Path, config: ExpertConfig = ExpertConfig()) -> ContinuousCQLState:
-    """Reads a checkpoint written by :func:`save_expert` into the SAC structure of ``config``."""
+    """Reads a checkpoint written by :func:`save_expert` (one ``step-*`` directory) into the SAC structure of
+    ``config``, bitwise as saved.
+
+    Raises:
+      CheckpointError: missing, truncated, corrupted or incompatible checkpoint (the message names the file
+        and the fix).
+    """
     _, arrays = load_checkpoint(path)
     target = jax.device_get(init_sac(jax.random.PRNGKey(0), config))
     return jax.tree.map(jnp.asarray, unflatten_named(arrays, target, "sac", Path(path)))

@@ -37,9 +37,10 @@ Runs live in a directory (:func:`finetune`)::
                       backbone description (written atomically once; checked on resume)
     tokenizer.json    the tokenizer (so a run directory is self-contained for generation)
     history.json      logged metrics (loss per task, tokens/s), rewritten atomically at checkpoints
-    checkpoints/<step>/   orbax checkpoints (trainable parameters, optimiser state, step; written
-                      to a temporary directory and renamed when complete, so a crash never leaves a
-                      half checkpoint that is read)
+    checkpoints/step-<step:08d>/   checkpoints of :mod:`imaginejax.checkpoint` (orbax-checkpoint,
+                      synchronous; trainable parameters, optimiser state, step and checkpoint hash;
+                      written to a temporary directory and renamed when complete, with a SHA-256
+                      manifest checked on load, so a crash never leaves a half checkpoint that is read)
 
 Resuming (the default when ``run_dir`` holds checkpoints) restores the latest checkpoint and
 continues; batches are drawn from ``numpy.random.default_rng([seed, step])``, so a resumed run sees
@@ -64,10 +65,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-import orbax.checkpoint as ocp
 import tokenizers
 from flax import struct
 
+from imaginejax.checkpoint import (
+    CheckpointError,
+    checkpoint_path,
+    flatten_named,
+    list_checkpoints,
+    load_checkpoint,
+    save_checkpoint,
+    unflatten_named,
+)
 from imaginejax.data.types import TrajectoryDataset
 from imaginejax.imaginer import lora as lora_lib
 from imaginejax.imaginer.kalm import (
@@ -489,25 +498,28 @@ def _atomic_write_text(path: Path, text: str) -> None:
         raise
 
 
-def _checkpoint_manager(run_dir: Path, max_to_keep: int) -> ocp.CheckpointManager:
-    options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True,
-                                           enable_async_checkpointing=False)
-    return ocp.CheckpointManager(run_dir / CHECKPOINT_DIR, options=options,
-                                 item_names=("state", "meta"))
+def _latest_step(run_dir: Path) -> int | None:
+    """The step of the newest checkpoint of a run directory (None: no checkpoint)."""
+    directory = run_dir / CHECKPOINT_DIR
+    if directory.is_dir() and any(child.name.isdigit() for child in directory.iterdir()):
+        raise CheckpointError(f"{directory} holds checkpoints in the layout of an older ImagineJAX "
+                              "(checkpoints/<step>/, not step-<step>/): fine-tune into a new run_dir")
+    found = list_checkpoints(directory)
+    return found[-1][0] if found else None
 
 
 def _state_tree(state: TrainState) -> dict[str, Any]:
     return {"step": state.step, "trainable": state.trainable, "opt_state": state.opt_state}
 
 
-def _save_checkpoint(manager: ocp.CheckpointManager, state: TrainState, frozen_hash: str | None
+def _save_checkpoint(run_dir: Path, state: TrainState, frozen_hash: str | None, max_to_keep: int
                      ) -> str:
+    """Checkpoints ``state`` as ``checkpoints/step-<step>`` (the last ``max_to_keep`` are kept);
+    returns its checkpoint hash."""
     step = int(state.step)
     checkpoint_hash = _checkpoint_hash(state.trainable, frozen_hash)
-    manager.save(step, args=ocp.args.Composite(
-        state=ocp.args.StandardSave(_state_tree(state)),
-        meta=ocp.args.JsonSave({"step": step, "checkpoint_hash": checkpoint_hash})), force=True)
-    manager.wait_until_finished()
+    save_checkpoint(run_dir / CHECKPOINT_DIR, step, flatten_named(jax.device_get(_state_tree(state)), "state"),
+                    {"step": step, "checkpoint_hash": checkpoint_hash}, keep=max_to_keep)
     return checkpoint_hash
 
 
@@ -518,13 +530,17 @@ def _checkpoint_hash(trainable: Params, frozen_hash: str | None) -> str:
     return digest.hexdigest()
 
 
-def _restore_checkpoint(manager: ocp.CheckpointManager, step: int, like: TrainState
-                        ) -> tuple[TrainState, dict[str, Any]]:
-    abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, _state_tree(like))
-    restored = manager.restore(step, args=ocp.args.Composite(
-        state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()))
-    tree = restored["state"]
-    return TrainState(jnp.asarray(tree["step"]), tree["trainable"], tree["opt_state"]), restored["meta"]
+def _restore_checkpoint(run_dir: Path, step: int, like: TrainState) -> tuple[TrainState, dict[str, Any]]:
+    """The state of checkpoint ``step`` in the structure, shapes and dtypes of ``like`` (arrays or
+    ``jax.ShapeDtypeStruct``), and the checkpoint's metadata (``step``, ``checkpoint_hash``).
+
+    Raises:
+      CheckpointError: missing, damaged or incompatible checkpoint (the message names it and the fix).
+    """
+    path = checkpoint_path(run_dir / CHECKPOINT_DIR, step)
+    manifest, arrays = load_checkpoint(path)
+    tree = jax.tree.map(jnp.asarray, unflatten_named(arrays, _state_tree(like), "state", path))
+    return TrainState(tree["step"], tree["trainable"], tree["opt_state"]), manifest["meta"]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -628,79 +644,73 @@ def finetune(preset: Preset | str, datasets: TrajectoryDataset | Sequence[Trajec
     datasets = list(datasets)
     run_dir = Path(run_dir).expanduser().resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
-    manager = _checkpoint_manager(run_dir, preset.max_to_keep)
-    latest = manager.latest_step()
+    latest = _latest_step(run_dir)
     if latest is not None and not resume:
-        manager.close()
         raise FileExistsError(f"{run_dir} already holds checkpoints; pass resume=True to continue "
                               "that run or choose a new run_dir")
     if latest is not None:  # fail fast on a different preset, before loading anything
         saved_preset = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8")).get("preset")
         if saved_preset != json.loads(json.dumps(preset.to_json())):
-            manager.close()
             raise ValueError(f"cannot resume {run_dir}: its preset differs from this call's "
                              "(different preset or overrides); use a new run_dir")
-    try:
-        base, config, corpus, layout, normalizer, key = _kalm_setup(preset, datasets, num_actions)
-        trainable, frozen = _initial_trainable(preset, base.params, config, key,
-                                               embedding_std(base.params))
-        frozen_hash = None if frozen is None else params_fingerprint(frozen)
-        record = _run_record(preset, base, config, corpus, layout, normalizer, frozen_hash)
+    base, config, corpus, layout, normalizer, key = _kalm_setup(preset, datasets, num_actions)
+    trainable, frozen = _initial_trainable(preset, base.params, config, key,
+                                           embedding_std(base.params))
+    frozen_hash = None if frozen is None else params_fingerprint(frozen)
+    record = _run_record(preset, base, config, corpus, layout, normalizer, frozen_hash)
 
-        optimizer = make_optimizer(preset, preset.num_steps)
-        state = TrainState(jnp.zeros((), jnp.int32), trainable, optimizer.init(trainable))
-        history: list[dict[str, float]] = []
-        if latest is not None:
-            saved = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
-            for field in ("preset", "kalm_config", "text_format", "layout", "data_fingerprint",
-                          "frozen_backbone_hash"):
-                if saved.get(field) != json.loads(json.dumps(record[field])):
-                    raise ValueError(f"cannot resume {run_dir}: its {field} differs from this "
-                                     "call's (different preset, overrides or data); use a new "
-                                     "run_dir")
-            state, _ = _restore_checkpoint(manager, latest, state)
-            if (run_dir / HISTORY_FILE).is_file():
-                logged = json.loads((run_dir / HISTORY_FILE).read_text(encoding="utf-8"))
-                history = [row for row in logged if row["step"] <= latest]
-        else:
-            _atomic_write_text(run_dir / RUN_FILE, json.dumps(record, indent=2) + "\n")
-            _atomic_write_text(run_dir / TOKENIZER_FILE, base.tokenizer.to_str())
+    optimizer = make_optimizer(preset, preset.num_steps)
+    state = TrainState(jnp.zeros((), jnp.int32), trainable, optimizer.init(trainable))
+    history: list[dict[str, float]] = []
+    if latest is not None:
+        saved = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
+        for field in ("preset", "kalm_config", "text_format", "layout", "data_fingerprint",
+                      "frozen_backbone_hash"):
+            if saved.get(field) != json.loads(json.dumps(record[field])):
+                raise ValueError(f"cannot resume {run_dir}: its {field} differs from this "
+                                 "call's (different preset, overrides or data); use a new "
+                                 "run_dir")
+        state, _ = _restore_checkpoint(run_dir, latest, state)
+        if (run_dir / HISTORY_FILE).is_file():
+            logged = json.loads((run_dir / HISTORY_FILE).read_text(encoding="utf-8"))
+            history = [row for row in logged if row["step"] <= latest]
+    else:
+        _atomic_write_text(run_dir / RUN_FILE, json.dumps(record, indent=2) + "\n")
+        _atomic_write_text(run_dir / TOKENIZER_FILE, base.tokenizer.to_str())
 
-        # Fresh and restored states must reach the step with the same (committed) placement, or
-        # the step compiles once more after a resume.
-        state = jax.device_put(state, jax.devices()[0])
-        scale = (lora_lib.lora_scale(preset.lora_rank, preset.lora_alpha) if preset.lora_rank > 0
-                 else None)
-        train_step = _cached_train_step(preset, config, optimizer, scale)
-        end = preset.num_steps if stop_at_step is None else min(preset.num_steps, stop_at_step)
-        step = int(state.step)
-        checkpoint_hash = None
-        window: list[dict[str, jax.Array]] = []
-        window_start = time.perf_counter()
-        while step < end:
-            batches = sample_task_batches(corpus, base.text_format, layout, config,
-                                          preset.batch_sizes, np.random.default_rng([preset.seed, step]))
-            state, metrics = train_step(state, frozen, batches, normalizer)
-            step += 1
-            window.append(metrics)
-            if step % preset.log_every == 0 or step == end:
-                values = jax.device_get(window)
-                elapsed = max(time.perf_counter() - window_start, 1e-9)
-                row = {name: float(np.mean([v[name] for v in values])) for name in values[0]}
-                row["tokens_per_s"] = float(sum(v["tokens"] for v in values)) / elapsed
-                row["steps_per_s"] = len(values) / elapsed
-                row["step"] = step
-                history.append(row)
-                if progress:
-                    print(_format_metrics(step, preset.num_steps, row), file=sys.stderr, flush=True)
-                window, window_start = [], time.perf_counter()
-            if step % preset.checkpoint_every == 0 or step == end:
-                checkpoint_hash = _save_checkpoint(manager, state, frozen_hash)
-                _atomic_write_text(run_dir / HISTORY_FILE, json.dumps(history, indent=1) + "\n")
-        if checkpoint_hash is None:  # nothing to do: already at the end
-            checkpoint_hash = _checkpoint_hash(state.trainable, frozen_hash)
-    finally:
-        manager.close()
+    # Fresh and restored states must reach the step with the same (committed) placement, or
+    # the step compiles once more after a resume.
+    state = jax.device_put(state, jax.devices()[0])
+    scale = (lora_lib.lora_scale(preset.lora_rank, preset.lora_alpha) if preset.lora_rank > 0
+             else None)
+    train_step = _cached_train_step(preset, config, optimizer, scale)
+    end = preset.num_steps if stop_at_step is None else min(preset.num_steps, stop_at_step)
+    step = int(state.step)
+    checkpoint_hash = None
+    window: list[dict[str, jax.Array]] = []
+    window_start = time.perf_counter()
+    while step < end:
+        batches = sample_task_batches(corpus, base.text_format, layout, config,
+                                      preset.batch_sizes, np.random.default_rng([preset.seed, step]))
+        state, metrics = train_step(state, frozen, batches, normalizer)
+        step += 1
+        window.append(metrics)
+        if step % preset.log_every == 0 or step == end:
+            values = jax.device_get(window)
+            elapsed = max(time.perf_counter() - window_start, 1e-9)
+            row = {name: float(np.mean([v[name] for v in values])) for name in values[0]}
+            row["tokens_per_s"] = float(sum(v["tokens"] for v in values)) / elapsed
+            row["steps_per_s"] = len(values) / elapsed
+            row["step"] = step
+            history.append(row)
+            if progress:
+                print(_format_metrics(step, preset.num_steps, row), file=sys.stderr, flush=True)
+            window, window_start = [], time.perf_counter()
+        if step % preset.checkpoint_every == 0 or step == end:
+            checkpoint_hash = _save_checkpoint(run_dir, state, frozen_hash, preset.max_to_keep)
+            _atomic_write_text(run_dir / HISTORY_FILE, json.dumps(history, indent=1) + "\n")
+    if checkpoint_hash is None:  # nothing to do: already at the end
+        checkpoint_hash = _checkpoint_hash(state.trainable, frozen_hash)
     imaginer = Imaginer(config, effective_params(state.trainable, frozen, scale), normalizer,
                         base.tokenizer, base.text_format, layout, preset.name, checkpoint_hash,
                         int(state.step), str(run_dir))
@@ -721,8 +731,7 @@ def load_imaginer(run_dir: str | os.PathLike[str], step: int | None = None) -> I
     config = KalmConfig.from_json(record["kalm_config"])
     tokenizer = tokenizers.Tokenizer.from_file(str(run_dir / TOKENIZER_FILE))
     key_rest = jax.random.split(jax.random.key(preset.seed))[1]
-    manager = _checkpoint_manager(run_dir, preset.max_to_keep)
-    step = manager.latest_step() if step is None else step
+    step = _latest_step(run_dir) if step is None else step
     if step is None:
         raise FileNotFoundError(f"{run_dir} holds no checkpoint")
     # Abstract trainable tree: built without loading weights (eval_shape of the initialisers).
@@ -744,8 +753,7 @@ def load_imaginer(run_dir: str | os.PathLike[str], step: int | None = None) -> I
     optimizer = make_optimizer(preset, preset.num_steps)
     like = TrainState(jax.ShapeDtypeStruct((), jnp.int32), like_params,
                       jax.eval_shape(optimizer.init, like_params))
-    state, meta = _restore_checkpoint(manager, step, like)
-    manager.close()
+    state, meta = _restore_checkpoint(run_dir, step, like)
     scale = (lora_lib.lora_scale(preset.lora_rank, preset.lora_alpha) if preset.lora_rank > 0
              else None)
     return Imaginer(config, effective_params(state.trainable, frozen, scale),
