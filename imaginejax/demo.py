@@ -22,7 +22,6 @@ import argparse
 import json
 import sys
 import time
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -31,7 +30,8 @@ import numpy as np
 from imaginejax import envs
 from imaginejax.algos.base import Spec
 from imaginejax.algos.bc import BCHyperparams, make_bc
-from imaginejax.data import LEVELS, TrajectoryDataset, concat_transitions, to_transitions
+from imaginejax.bench import cached_expert_data
+from imaginejax.data import LEVELS, concat_transitions, to_transitions
 from imaginejax.engine import EngineConfig, TrainResult, make_train
 from imaginejax.evaluation import evaluate
 from imaginejax.paths import cache_root
@@ -41,14 +41,6 @@ NOVEL_LEVELS = ("rephrase", "easy", "hard")
 
 def _log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
-
-
-def cached_expert_data(level: str, num: int, seed: int, epsilon: float, root: Path) -> TrajectoryDataset:
-    """CLEVR expert trajectories of one level, collected once and then read from ``root``
-    (:func:`imaginejax.bench.cached_expert_data`)."""
-    from imaginejax.bench import cached_expert_data as cached
-
-    return cached("clevr", level, num, seed, epsilon, root, log=_log)
 
 
 def random_policy_success(eval_levels: dict, num_actions: int, episodes: int, seeds: int) -> dict:
@@ -100,8 +92,8 @@ def main(argv: list[str] | None = None) -> dict:
          f"cache: {root}")
 
     _log("1/3 data (scripted expert; cached after the first run)")
-    real = cached_expert_data("train", args.train_trajectories, 0, args.epsilon, root)
-    oracle = [cached_expert_data(level, args.oracle_trajectories, 1 + i, args.epsilon, root)
+    real = cached_expert_data("clevr", "train", args.train_trajectories, 0, args.epsilon, root, log=_log)
+    oracle = [cached_expert_data("clevr", level, args.oracle_trajectories, 1 + i, args.epsilon, root, log=_log)
               for i, level in enumerate(NOVEL_LEVELS)]
     real_t = to_transitions(real)
     oracle_t = concat_transitions([to_transitions(ds) for ds in oracle])

@@ -23,7 +23,8 @@ from imaginejax.algos.base import Spec
 from imaginejax.algos.combo import ComboConfig, make_discrete_combo
 from imaginejax.algos.networks import NetConfig
 from imaginejax.data import to_transitions
-from imaginejax.demo import cached_expert_data, random_policy_success
+from imaginejax.bench import cached_expert_data
+from imaginejax.demo import random_policy_success
 from imaginejax.engine import EngineConfig, broadcast_runs, make_train
 
 NET = NetConfig(encoder_width=128, hidden=(128,))
@@ -49,7 +50,7 @@ def clevr(tmp_path_factory):
     env, params = envs.make("clevr", "train")
     spec = Spec(state_dim=env.state_dim, embed_dim=int(params.instruction_embeddings.shape[1]),
                 discrete=True, action_dim=env.num_actions)
-    real = cached_expert_data("train", 600, 0, 0.1, tmp_path_factory.mktemp("clevr-data"))
+    real = cached_expert_data("clevr", "train", 600, 0, 0.1, tmp_path_factory.mktemp("clevr-data"))
     random = random_policy_success({"train": (env, params)}, spec.action_dim, EPISODES, SEEDS)["train"]
     return env, params, spec, to_transitions(real), float(np.mean(random))
 

@@ -66,23 +66,26 @@ class WordTokenizer:
 def make_imaginer(seed: int = 0, *, fixed_heads: bool = False, nan_states: bool = False,
                   state_prediction: str = "absolute", state_bias: np.ndarray | None = None,
                   normalizer: StateNormalizer | None = None, state_dim: int = clevr_tasks.STATE_DIM,
-                  num_actions: int = clevr_tasks.NUM_ACTIONS, fixed_action: int = FIXED_ACTION
-                  ) -> Imaginer:
+                  num_actions: int = clevr_tasks.NUM_ACTIONS, fixed_action: int = FIXED_ACTION,
+                  discrete: bool = True, action_bias: np.ndarray | None = None) -> Imaginer:
     """A 1-layer random imaginer. ``fixed_heads``: the state head outputs ``state_bias`` (default
-    FIXED_STATE, identity normaliser) whatever the input, the action head ``fixed_action``."""
+    FIXED_STATE, identity normaliser) whatever the input, the action head ``fixed_action``
+    (continuous, ``discrete=False`` with ``num_actions`` = the action width: ``action_bias``,
+    default zeros)."""
     llama = LlamaConfig(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                         num_attention_heads=4, num_key_value_heads=2, initializer_range=0.1,
                         max_position_embeddings=512)
     base = init_params(llama, jax.random.key(seed))
     base, llama, (s_id, a_id) = add_placeholder_tokens(base, llama, 2)
-    config = KalmConfig(llama=llama, state_dim=state_dim, discrete=True, num_actions=num_actions,
+    config = KalmConfig(llama=llama, state_dim=state_dim, discrete=discrete, num_actions=num_actions,
                         state_token_id=s_id, action_token_id=a_id, state_prediction=state_prediction)
     adapter = init_adapter_params(jax.random.key(seed + 1), config, 0.1)
     if fixed_heads:
         bias = FIXED_STATE if state_bias is None else state_bias
         adapter["state_out"] = {"kernel": jnp.zeros((32, state_dim)), "bias": jnp.asarray(bias)}
-        adapter["action_out"] = {"kernel": jnp.zeros((32, num_actions)),
-                                 "bias": jnp.zeros(num_actions).at[fixed_action].set(5.0)}
+        action = (jnp.zeros(num_actions).at[fixed_action].set(5.0) if discrete
+                  else jnp.zeros(num_actions) if action_bias is None else jnp.asarray(action_bias))
+        adapter["action_out"] = {"kernel": jnp.zeros((32, num_actions)), "bias": action}
     if nan_states:
         adapter["state_out"] = dict(adapter["state_out"],
                                     bias=jnp.full((state_dim,), jnp.nan, jnp.float32))
@@ -259,3 +262,31 @@ def test_delta_head_round_trip() -> None:
     np.testing.assert_allclose(outputs[1].states[0, 1], outputs[0].states[0, 1], atol=1e-5)
     want = s0 + np.arange(4)[:, None] * (FIXED_STATE - s0)
     np.testing.assert_allclose(outputs[1].states[0], want, atol=1e-5)
+
+
+def test_study_cli_runs_on_babyai(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """Smoke test of ``python -m imaginejax.imaginer.study`` on BabyAI: train (2 steps of the tiny
+    preset on 8 expert trajectories), evaluate (2 rollouts of the easy level), compare; the
+    environment is recorded with the run and a run cannot be continued on another environment."""
+    import json
+
+    from imaginejax.imaginer import study
+
+    monkeypatch.setenv("IMAGINEJAX_HOME", str(tmp_path))
+    study.main(["train", "smoke", "--env", "babyai", "--steps", "2", "--trajectories", "8"])
+    directory = tmp_path / "imaginer-study" / "smoke"
+    assert json.loads((directory / "study.json").read_text())["env"] == "babyai"
+    assert (tmp_path / "imaginer-study" / "data").is_dir()  # the expert data is cached there
+    study.main(["evaluate", "smoke", "--num", "2", "--levels", "easy"])
+    record = json.loads((directory / "quality.json").read_text())
+    assert record["env"] == "babyai" and record["step"] == 2 and list(record["levels"]) == ["easy"]
+    level = record["levels"]["easy"]
+    assert level["simulated"] and level["error_unit"].startswith("grid cells")
+    assert 1 <= level["num_rollouts"] <= 2 and 0.0 <= level["goal_consistency"] <= 1.0
+    assert "| easy |" in (directory / "quality.md").read_text()
+    capsys.readouterr()
+    study.main(["compare", "smoke:tiny"])
+    assert "| tiny | easy |" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="trained on 'babyai'"):
+        study.main(["train", "smoke", "--env", "clevr", "--steps", "2"])

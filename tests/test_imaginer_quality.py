@@ -358,3 +358,31 @@ def test_babyai_imagination_uses_the_step_indexed_reward() -> None:
                              jnp.asarray(ds.goals[1]), t + 1, 128)) for t in range(3)]
     np.testing.assert_allclose(ds.rewards[1], want, rtol=1e-6)
     assert ds.provenance["quality"]["num_rollouts"] == 2
+
+
+def test_adapter_checks_its_fields_and_per_dimension_scales() -> None:
+    """A per-dimension error scale divides each dimension before the entity norm; malformed adapters
+    are refused with the field named."""
+    legal = lambda s: jnp.all(jnp.abs(s) <= 1.0, axis=-1)  # noqa: E731
+    success = lambda prev, a, nxt, goal: nxt[..., 0] > 0.5  # noqa: E731
+    step = lambda s, a: s.at[..., 0].add(0.1)  # noqa: E731
+    common = dict(state_dim=2, legal=legal, simulate=step, entity_size=1, error_unit="-", threshold=1.0)
+    with pytest.raises(ValueError, match="error_scale must be a number or 2 numbers"):
+        QualityAdapter(name="bad", success=success, error_scale=(1.0, 1.0, 1.0), **common)
+    with pytest.raises(ValueError, match="error_scale and threshold must be > 0"):
+        QualityAdapter(name="bad", success=success, error_scale=(1.0, 0.0), **common)
+    with pytest.raises(ValueError, match="`success` predicate or `episode` rules"):
+        QualityAdapter(name="bad", success=None, error_scale=1.0, **common)
+    register_quality_adapter("toy-scaled", lambda: QualityAdapter(
+        name="toy-scaled", success=success, error_scale=(0.1, 2.0), **common))
+    # x should become 0.1 (off by 0.3 -> 3 units of 0.1), y should stay 0 (off by 0.5 -> 0.25 units)
+    states = np.array([[[0.0, 0.0], [0.4, 0.5]]], np.float32)
+    ds = TrajectoryDataset(
+        states=states, actions=np.zeros((1, 1), np.int32), rewards=np.zeros((1, 1), np.float32),
+        mask=np.ones((1, 1), bool), terminals=np.zeros((1, 1), bool), truncations=np.ones((1, 1), bool),
+        instruction_ids=np.zeros(1, np.int32), goals=np.zeros((1, 1), np.int32), instructions=("go",),
+        instruction_embeddings=np.zeros((1, 0), np.float32), env="toy-scaled", level="train",
+        source="imaginary", discrete=True)
+    scores = score_dataset(ds)
+    np.testing.assert_allclose(scores.per_dimension_error[0, 0], [3.0, 0.25], rtol=1e-5)
+    np.testing.assert_allclose(scores.transition_error[0, 0], 3.0, rtol=1e-5)

@@ -29,7 +29,7 @@ from imaginejax import envs
 from imaginejax.algos.base import Spec
 from imaginejax.algos.bc import BCHyperparams, make_bc
 from imaginejax.data import to_transitions
-from imaginejax.demo import cached_expert_data
+from imaginejax.bench import cached_expert_data
 from imaginejax.engine import EngineConfig, make_train
 from imaginejax.paths import cache_root
 from imaginejax.sweep import Sweep
@@ -50,7 +50,7 @@ def main() -> None:
 
     root = cache_root() / "demo"
     root.mkdir(parents=True, exist_ok=True)
-    real = to_transitions(cached_expert_data("train", args.trajectories, 0, 0.1, root))
+    real = to_transitions(cached_expert_data("clevr", "train", args.trajectories, 0, 0.1, root))
     env, params = envs.make("clevr", "train")
     spec = Spec(state_dim=env.state_dim, embed_dim=int(params.instruction_embeddings.shape[1]),
                 discrete=True, action_dim=env.num_actions)

@@ -5,8 +5,8 @@ directories and GGUF files (:mod:`~imaginejax.imaginer.loading`) and jitted gree
 KV cache (:mod:`~imaginejax.imaginer.generate`); the KALM adapters and tasks
 (:mod:`~imaginejax.imaginer.kalm`), fine-tuning (:mod:`~imaginejax.imaginer.finetune`,
 :mod:`~imaginejax.imaginer.lora`), imaginary-rollout generation (:mod:`~imaginejax.imaginer.imagine`),
-the automatic quality report and filter (:mod:`~imaginejax.imaginer.quality`) and the CLEVR quality
-study (``python -m imaginejax.imaginer.study``).
+the automatic quality report and filter (:mod:`~imaginejax.imaginer.quality`) and the quality study
+for any environment with an expert and a quality adapter (``python -m imaginejax.imaginer.study``).
 """
 
 from imaginejax.imaginer.generate import GenerationOutput, greedy_generate, prefill

@@ -11,16 +11,22 @@ jitted function (:func:`generate_rollouts`) with the KV cache:
         h_a     = Llama([A a_t])                 (one cached decode step)
         s_{t+1} = decode(state_head(h_a), s_t)   (absolute or delta head, kalm.decode_states)
         s_{t+1} = project(s_{t+1})               (optional: onto the legal set, see below)
-        stop the row if success(s_t, a_t, s_{t+1}, goal), or s_{t+1} is not finite
+        c, success, r_t = rules.step(c, s_t, a_t, s_{t+1}, goal, t+1)
+        stop the row if success, or s_{t+1} is not finite
         h       = Llama([S s_{t+1}])             (one cached decode step)
 
-``H`` is the level's episode cap (``params.max_steps``). Rewards are the environment's own
-``reward(s_t, a_t, s_{t+1}, goal)`` (plus an optional success bonus, default 0, so imaginary and real
-rewards agree). A row that produced a non-finite state is dropped, and counted: such a rollout is
-never written (:class:`ImaginationResult.num_dropped_nonfinite`, the provenance, a warning). Terminals
-mark success; a row that reaches ``H`` without success ends in a truncation. An environment whose
-reward depends on the step index (BabyAI: ``reward(prev, action, next, goal, t, max_steps)``) gets
-``t`` = steps taken including this one.
+``H`` is the level's episode cap (``params.max_steps``). Success and rewards are the environment's
+own, through its :class:`~imaginejax.imaginer.quality.EpisodeRules` (:func:`episode_rules`, one
+entry of the quality-adapter registry): by default its transition predicates
+``success(s_t, a_t, s_{t+1}, goal)`` and ``reward(s_t, a_t, s_{t+1}, goal)`` (an environment whose
+reward depends on the step index, BabyAI's ``reward(prev, action, next, goal, t, max_steps)``, gets
+``t`` = steps taken including this one); environments whose predicates need running quantities carry
+them per row (HalfCheetah: Σ dx and the legs' counts, updated from each generated state's dx;
+Meta-World: the episode's first state for the dense reward's constants). An optional success bonus
+(default 0) is added so imaginary and real rewards agree by default. A row that produced a
+non-finite state is dropped, and counted: such a rollout is never written
+(:class:`ImaginationResult.num_dropped_nonfinite`, the provenance, a warning). Terminals mark
+success; a row that reaches ``H`` without success ends in a truncation.
 
 **Projection** (``imagine(..., project=...)``, on by default for every environment whose quality
 adapter has one): each generated state is replaced by the environment's projection onto its legal
@@ -38,8 +44,9 @@ next to the dataset directories.
 
 The environment supplies (see ARCHITECTURE.md "Contracts"): ``reset_to_task_batch``,
 ``state_vector``, ``goal_of``, ``instructions(level)``, the pure predicates ``success`` and
-``reward``, ``name``, ``discrete``, ``num_actions``; its params ``max_steps``, ``level``,
-``num_tasks``, ``instruction_embeddings``.
+``reward`` (or a quality adapter with :class:`~imaginejax.imaginer.quality.EpisodeRules`), ``name``,
+``discrete``, ``num_actions``; its params ``max_steps``, ``level``, ``num_tasks``,
+``instruction_embeddings``.
 """
 
 from __future__ import annotations
@@ -76,15 +83,17 @@ from imaginejax.imaginer.kalm import (
 )
 from imaginejax.imaginer.llama import Params, forward
 from imaginejax.imaginer.quality import (
+    EpisodeRules,
     quality_adapter,
     registered_quality_adapters,
     score_dataset,
     summarize,
     summary_markdown,
+    transition_rules,
 )
 
-__all__ = ["GeneratedRollouts", "ImaginationError", "ImaginationResult", "generate_rollouts",
-           "imagine", "rollouts_to_dataset", "write_imaginary_datasets"]
+__all__ = ["GeneratedRollouts", "ImaginationError", "ImaginationResult", "episode_rules",
+           "generate_rollouts", "imagine", "rollouts_to_dataset", "write_imaginary_datasets"]
 
 StatePredicate = Callable[[jax.Array, jax.Array, jax.Array, jax.Array], jax.Array]
 
@@ -112,13 +121,15 @@ class GeneratedRollouts(NamedTuple):
 
 
 @functools.partial(jax.jit, static_argnames=("config", "horizon", "success_fn", "reward_fn",
-                                             "project_fn", "reward_uses_step"))
+                                             "project_fn", "reward_uses_step", "rules"))
 def generate_rollouts(params: Params, config: KalmConfig, normalizer: StateNormalizer,
                       tokens: jax.Array, attention_mask: jax.Array, state_inputs: jax.Array,
                       initial_states: jax.Array, goals: jax.Array, *, horizon: int,
-                      success_fn: StatePredicate, reward_fn: Callable[..., jax.Array],
+                      success_fn: StatePredicate | None = None,
+                      reward_fn: Callable[..., jax.Array] | None = None,
                       project_fn: Callable[[jax.Array], jax.Array] | None = None,
-                      reward_uses_step: bool = False) -> GeneratedRollouts:
+                      reward_uses_step: bool = False,
+                      rules: EpisodeRules | None = None) -> GeneratedRollouts:
     """Greedy, batched, KV-cached generation of state/action sequences (one compiled call).
 
     Args:
@@ -130,13 +141,20 @@ def generate_rollouts(params: Params, config: KalmConfig, normalizer: StateNorma
       initial_states: (B, S) raw s0 (the state of each prompt's last placeholder).
       goals: (B, G) goal vectors for the predicates.
       horizon: H, maximum steps (static).
-      success_fn, reward_fn: the environment's pure ``success`` / ``reward`` (static).
+      success_fn, reward_fn: the environment's pure transition ``success`` / ``reward`` (static;
+        used when ``rules`` is None; reward None: 0).
       project_fn: optional ``(B, S) -> (B, S)`` applied to every finite generated state (static).
       reward_uses_step: call ``reward_fn(s, a, s', goal, t)`` with ``t`` (B,) int32 the steps taken
         including this one (static; BabyAI's reward).
+      rules: the environment's :class:`~imaginejax.imaginer.quality.EpisodeRules` (static; e.g.
+        :func:`episode_rules`); replaces ``success_fn`` / ``reward_fn``.
     Returns:
       :class:`GeneratedRollouts`.
     """
+    if rules is None:
+        if success_fn is None:
+            raise ValueError("generate_rollouts needs `rules` (EpisodeRules) or `success_fn`")
+        rules = transition_rules(success_fn, reward_fn, reward_uses_step=reward_uses_step)
     batch, width = tokens.shape
     state_dim = config.state_dim
     action_shape = (batch,) if config.discrete else (batch, config.num_actions)
@@ -163,13 +181,14 @@ def generate_rollouts(params: Params, config: KalmConfig, normalizer: StateNorma
         lengths=jnp.zeros((batch,), jnp.int32),
         finite=jnp.ones((batch,), bool))
     done = jnp.zeros((batch,), bool)
+    episode = rules.init(initial_states, goals)
 
     def keep_going(carry: tuple[Any, ...]) -> jax.Array:
-        t, _, _, _, done, _ = carry
+        t, _, _, _, done, _, _ = carry
         return (t < horizon) & ~jnp.all(done)
 
     def step(carry: tuple[Any, ...]) -> tuple[Any, ...]:
-        t, hidden, cache, current, done, out = carry
+        t, hidden, cache, current, done, out, episode = carry
         prediction = adapter_apply(params, config, "predict_action", hidden)
         action = (jnp.argmax(prediction, axis=-1).astype(jnp.int32) if config.discrete
                   else prediction)
@@ -183,9 +202,12 @@ def generate_rollouts(params: Params, config: KalmConfig, normalizer: StateNorma
             safe = project_fn(safe)
             following = jnp.where(finite[:, None], safe, following)
         active = ~done
-        succeeded = success_fn(current, action, safe, goals) & active & finite
-        step_reward = (reward_fn(current, action, safe, goals, jnp.full((batch,), t + 1, jnp.int32))
-                       if reward_uses_step else reward_fn(current, action, safe, goals))
+        advanced, step_success, step_reward = rules.step(
+            episode, current, action, safe, goals, jnp.full((batch,), t + 1, jnp.int32))
+        episode = jax.tree.map(
+            lambda new, old: jnp.where(active.reshape(active.shape + (1,) * (new.ndim - 1)), new, old),
+            advanced, episode)
+        succeeded = step_success & active & finite
         reward = jnp.where(active & finite, step_reward, 0.0)
         keep = active.reshape((batch,) + (1,) * (action.ndim - 1))
         out = GeneratedRollouts(
@@ -199,10 +221,10 @@ def generate_rollouts(params: Params, config: KalmConfig, normalizer: StateNorma
         done = done | succeeded | (active & ~finite) | (t + 1 >= horizon)
         hidden, cache = decode(adapter_apply(params, config, "embed_state",
                                               normalizer.normalize(safe)), cache)
-        return t + 1, hidden, cache, safe, done, out
+        return t + 1, hidden, cache, safe, done, out, episode
 
-    carry = (jnp.zeros((), jnp.int32), hidden, cache, initial_states, done, buffers)
-    *_, out = jax.lax.while_loop(keep_going, step, carry)
+    carry = (jnp.zeros((), jnp.int32), hidden, cache, initial_states, done, buffers, episode)
+    out = jax.lax.while_loop(keep_going, step, carry)[5]
     return out
 
 
@@ -305,6 +327,20 @@ def _reward_fn(env: Any, max_steps: int) -> tuple[Callable[..., jax.Array], bool
     return _REWARD_CACHE[cache_key], True
 
 
+def episode_rules(env: Any, max_steps: int) -> EpisodeRules:
+    """The :class:`~imaginejax.imaginer.quality.EpisodeRules` generation uses for ``env`` at step cap
+    ``max_steps``: its quality adapter's ``episode`` rules when it has them (HalfCheetah, Meta-World),
+    else the environment's transition predicates ``env.success`` / ``env.reward`` (the same object
+    for the same arguments, so the jitted generation compiles once)."""
+    name = str(env.name)
+    if name in registered_quality_adapters():
+        adapter = quality_adapter(name)
+        if adapter.episode is not None:
+            return adapter.episode(int(max_steps))
+    reward_fn, reward_uses_step = _reward_fn(env, int(max_steps))
+    return transition_rules(env.success, reward_fn, reward_uses_step=reward_uses_step)
+
+
 def imagine(imaginer: Imaginer, env: Any, env_params: Any, key: jax.Array, num_rollouts: int, *,
             task_indices: np.ndarray | None = None, chunk_size: int = 64, horizon: int | None = None,
             success_bonus: float = 0.0, project: bool | None = None, quality: bool | None = None,
@@ -351,7 +387,7 @@ def imagine(imaginer: Imaginer, env: Any, env_params: Any, key: jax.Array, num_r
             raise ValueError(f"project=True but environment {env.name!r} has no projection onto its "
                              "legal set in its quality adapter; pass project=False")
         project_fn, project_name = adapter.project, adapter.project_name
-    reward_fn, reward_uses_step = _reward_fn(env, int(env_params.max_steps))
+    rules = episode_rules(env, int(env_params.max_steps))
     level = str(env_params.level)
     horizon = int(env_params.max_steps if horizon is None else horizon)
     instructions = tuple(env.instructions(level))
@@ -379,9 +415,8 @@ def imagine(imaginer: Imaginer, env: Any, env_params: Any, key: jax.Array, num_r
         tokens, attention, state_inputs = rollout_prompts(
             imaginer.text_format, config, [table[int(i)] for i in ids], s0, width)
         out = generate_rollouts(imaginer.params, config, imaginer.normalizer, tokens, attention,
-                                state_inputs, s0, goals, horizon=horizon,
-                                success_fn=env.success, reward_fn=reward_fn,
-                                project_fn=project_fn, reward_uses_step=reward_uses_step)
+                                state_inputs, s0, goals, horizon=horizon, rules=rules,
+                                project_fn=project_fn)
         out = GeneratedRollouts(*(np.asarray(x)[: hi - lo] for x in jax.device_get(tuple(out))))
         parts.append(out)
         ids_parts.append(np.asarray(ids)[: hi - lo])

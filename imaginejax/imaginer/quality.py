@@ -6,22 +6,33 @@ automatically. For a rollout dataset (one level) the report measures:
 
 (a) **goal consistency** — the fraction of rollouts whose final transition satisfies the
     instruction's success predicate ``env.success(s_{L-1}, a_{L-1}, s_L, goal)`` (the predicate
-    takes the transition because CLEVR's easy goals are about the push itself);
+    takes the transition because CLEVR's easy goals are about the push itself). Environments whose
+    success depends on running quantities of the episode (HalfCheetah: Σ dx, the legs' step counts
+    and sums) give :class:`EpisodeRules` instead; the report then scans them over each generated
+    trajectory from ``s_0`` (HalfCheetah: :func:`~imaginejax.envs.cheetah.tasks.update_progress` on
+    every generated state, whose slot 0 is the step's dx), exactly as the environment does while
+    stepping;
 (b) **transition error against the simulator** — for each generated transition, the environment is
     *set to* ``s`` and stepped with ``a`` (CLEVR: :func:`~imaginejax.envs.clevr.physics.push` from
     the ball positions; BabyAI: :func:`~imaginejax.envs.babyai.grid.step_vector` from the 17-d
-    vector), giving the simulator's ``s'_sim``. Errors are normalised per dimension by the
-    adapter's unit (:attr:`QualityAdapter.error_scale`): ``per_dimension_error = |s' - s'_sim| /
-    scale``, averaged over transitions; the *transition error* is the largest entity error
-    ``max_e ||s'_e - s'_sim,e|| / scale`` (an entity is a ball's (x, y) in CLEVR, one field in
-    BabyAI). A transition **exceeds dynamics** when its error is larger than ``threshold`` (default
-    per environment: CLEVR 1.0 = one ball radius, 0.13; BabyAI 0.5 = some field differs after
-    rounding). This is stricter than the paper's hand label (a move that *no* push could make): it
-    also counts a plausible move that is not the one the simulator makes;
+    vector; HalfCheetah: MuJoCo C (or MJX) set to the qpos / qvel the 18-d state determines, see
+    :func:`cheetah_simulate`), giving the simulator's ``s'_sim``. Errors are normalised per
+    dimension by the adapter's unit (:attr:`QualityAdapter.error_scale`, one number or one per
+    dimension): ``per_dimension_error = |s' - s'_sim| / scale``, averaged over transitions; the
+    *transition error* is the largest entity error ``max_e ||(s'_e - s'_sim,e) / scale_e||`` (an
+    entity is a ball's (x, y) in CLEVR, one field in BabyAI and HalfCheetah). A transition
+    **exceeds dynamics** when its error is larger than ``threshold`` (default per environment:
+    CLEVR 1.0 = one ball radius, 0.13; BabyAI 0.5 = some field differs after rounding;
+    HalfCheetah 1.0, see :data:`CHEETAH_ERROR_SCALE`). This is stricter than the paper's hand label
+    (a move that *no* push could make): it also counts a plausible move that is not the one the
+    simulator makes. Meta-World has no such check: its 91-d state does not determine the
+    simulator's state (:data:`METAWORLD_NO_SIMULATOR`), so (b) is reported as unavailable;
 (c) **illegal states** — ``env.legal`` on every generated state ``s_1 .. s_L``, with the reasons
     split into categories where the adapter knows them (CLEVR: ``out of workbench``,
-    ``overlapping balls``, ``non-finite``; the paper's CLEVR categories were out of workbench and
-    exceeds dynamics).
+    ``overlapping balls``, ``non-finite``; HalfCheetah: :func:`cheetah_violations`; Meta-World:
+    :func:`metaworld_violations`, ``out of workspace``, ``gripper opening``, ``implausible pose``;
+    the paper's categories were out of workbench / exceeds dynamics (CLEVR) and floating objects,
+    out of workbench, implausible pose, exceeds dynamics (Meta-World)).
 
 Rates are reported per generated state / transition and per rollout (a rollout is *legal* when all
 its states are, *realistic* when it is legal and no transition exceeds dynamics), together with the
@@ -35,10 +46,13 @@ level: :class:`RolloutScores` per step, a JSON-able summary, a markdown table);
 dataset's provenance.
 
 **Adding an environment** is one registry entry: a factory returning a :class:`QualityAdapter`
-(its ``success`` / ``legal`` predicates, a ``simulate(states, actions) -> next_states`` that sets the
-simulator to each state and steps it — or ``None`` with a reason when it cannot — the error unit and
-threshold, optionally the illegal-state categories and a projection onto the legal set used by
-generation). See :func:`register_quality_adapter`.
+(its ``success`` / ``legal`` predicates — or :class:`EpisodeRules` when success or reward need
+running quantities — a ``simulate(states, actions) -> next_states`` that sets the simulator to each
+state and steps it — or ``None`` with a reason when it cannot — the error unit and threshold,
+optionally the illegal-state categories and a projection onto the legal set used by generation).
+Generation (:func:`~imaginejax.imaginer.imagine.imagine`) reads the same entry: it stops a row and
+computes its rewards with the adapter's :class:`EpisodeRules` (default: the environment's transition
+predicates ``success`` / ``reward``). See :func:`register_quality_adapter`.
 """
 
 from __future__ import annotations
@@ -48,7 +62,7 @@ import functools
 import hashlib
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -61,7 +75,9 @@ __all__ = [
     "QualityAdapter", "RolloutScores", "QualityReport", "QualityError", "register_quality_adapter",
     "quality_adapter", "registered_quality_adapters", "score_dataset", "summarize", "quality_report",
     "summary_markdown", "filter_dataset", "dataset_fingerprint", "project_clevr", "project_babyai",
-    "clevr_violations",
+    "clevr_violations", "EpisodeRules", "transition_rules", "cheetah_simulate", "cheetah_violations",
+    "cheetah_rules", "metaworld_violations", "metaworld_rules", "CHEETAH_ERROR_SCALE",
+    "METAWORLD_NO_SIMULATOR", "trajectory_success",
 ]
 
 StatesFn = Callable[[jax.Array], jax.Array]
@@ -81,6 +97,50 @@ class QualityError(ValueError):
 # Adapters (one per environment) and their registry
 
 
+class EpisodeRules(NamedTuple):
+    """How an environment scores an episode step by step: its success predicate and reward as
+    functions of a per-row *carry* (running quantities) — what generation stops on and what the
+    report's goal consistency scans.
+
+    Attributes:
+      init: ``(s0 (B, S), goal (B, G)) -> carry`` (a pytree with leading B; ``()`` when none).
+      step: ``(carry, prev (B, S), action (B,) or (B, A), next (B, S), goal (B, G), t (B,) int32)
+        -> (carry, success (B,) bool, reward (B,) float32)``, ``t`` = steps taken including this one.
+    The functions must be pure and jittable; return the *same* objects for the same arguments
+    (they are static arguments of the jitted generation, see :func:`transition_rules`).
+    """
+
+    init: Callable[[jax.Array, jax.Array], Any]
+    step: Callable[..., tuple[Any, jax.Array, jax.Array]]
+
+
+def _no_carry(s0: jax.Array, goal: jax.Array) -> tuple[()]:
+    del s0, goal
+    return ()
+
+
+@functools.lru_cache(maxsize=64)
+def transition_rules(success: PredicateFn, reward: Callable[..., jax.Array] | None = None, *,
+                     reward_uses_step: bool = False) -> EpisodeRules:
+    """The :class:`EpisodeRules` of an environment whose predicates are functions of one
+    transition: ``success(prev, action, next, goal)`` and ``reward(prev, action, next, goal)`` (with
+    ``reward_uses_step``: ``reward(prev, action, next, goal, t)``; None: reward 0). No carry.
+    Cached: the same arguments give the same object (so jitted generation is compiled once)."""
+
+    def step(carry: tuple[()], prev: jax.Array, action: jax.Array, following: jax.Array,
+             goal: jax.Array, t: jax.Array) -> tuple[tuple[()], jax.Array, jax.Array]:
+        succeeded = success(prev, action, following, goal)
+        if reward is None:
+            value = jnp.zeros(following.shape[:-1], jnp.float32)
+        elif reward_uses_step:
+            value = reward(prev, action, following, goal, t)
+        else:
+            value = reward(prev, action, following, goal)
+        return carry, succeeded, value
+
+    return EpisodeRules(_no_carry, step)
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class QualityAdapter:
     """What the quality report needs from one environment.
@@ -89,13 +149,14 @@ class QualityAdapter:
       name: the environment's registry name (``TrajectoryDataset.env``).
       state_dim: S.
       success: the env's pure ``success(prev (..., S), action (...), next (..., S), goal (..., G))
-        -> (...) bool``.
+        -> (...) bool``; None when success needs running quantities (then ``episode`` is required).
       legal: the env's pure ``legal(states (..., S)) -> (...) bool``.
       simulate: ``(states (K, S), actions (K,) or (K, A)) -> (K, S)``: the simulator set to each
         state and stepped once with the action; None when the environment cannot be set from a
         state vector (then ``no_simulator_reason`` says why and (b) is reported as unavailable).
       entity_size: consecutive state dimensions forming one entity (CLEVR: 2, a ball's x, y).
-      error_scale: the unit of the normalised error (state units per 1.0 of error).
+      error_scale: the unit of the normalised error (state units per 1.0 of error): one number,
+        or a tuple of S numbers (one per dimension, for states mixing units).
       error_unit: a human description of that unit (for tables).
       threshold: default "exceeds dynamics" threshold, in units of ``error_scale``.
       violations: optional ``states (..., S) -> {category: (...) bool}``; every illegal state must
@@ -105,28 +166,41 @@ class QualityAdapter:
         used by generation when asked (:func:`~imaginejax.imaginer.imagine.imagine`).
       project_name: a short description of ``project`` (recorded in provenance).
       no_simulator_reason: why ``simulate`` is None.
+      episode: optional ``max_steps -> EpisodeRules``: success and reward with running quantities
+        (HalfCheetah's progress, Meta-World's episode start). Used by generation (stop and rewards)
+        and by the report's goal consistency (scanned over each trajectory). None: the transition
+        predicates (``success`` here, the environment's ``reward`` in generation).
     """
 
     name: str
     state_dim: int
-    success: PredicateFn
+    success: PredicateFn | None
     legal: StatesFn
     simulate: SimulateFn | None
     entity_size: int
-    error_scale: float
+    error_scale: float | tuple[float, ...]
     error_unit: str
     threshold: float
     violations: ViolationsFn | None = None
     project: StatesFn | None = None
     project_name: str | None = None
     no_simulator_reason: str | None = None
+    episode: Callable[[int], EpisodeRules] | None = None
 
     def __post_init__(self) -> None:
         if self.state_dim % self.entity_size:
             raise ValueError(f"QualityAdapter {self.name!r}: state_dim {self.state_dim} is not a "
                              f"multiple of entity_size {self.entity_size}")
-        if not self.error_scale > 0 or not self.threshold > 0:
+        scale = np.asarray(self.error_scale, np.float64)
+        if scale.ndim > 1 or (scale.ndim == 1 and scale.shape != (self.state_dim,)):
+            raise ValueError(f"QualityAdapter {self.name!r}: error_scale must be a number or "
+                             f"{self.state_dim} numbers (one per state dimension), got shape "
+                             f"{scale.shape}")
+        if not np.all(scale > 0) or not self.threshold > 0:
             raise ValueError(f"QualityAdapter {self.name!r}: error_scale and threshold must be > 0")
+        if self.success is None and self.episode is None:
+            raise ValueError(f"QualityAdapter {self.name!r}: give a transition `success` predicate "
+                             "or `episode` rules (success with running quantities)")
         if self.simulate is None and not self.no_simulator_reason:
             raise ValueError(f"QualityAdapter {self.name!r}: without simulate, give "
                              "no_simulator_reason (it is printed in the report)")
@@ -259,9 +333,198 @@ def _babyai_adapter() -> QualityAdapter:
         project=project_babyai, project_name="round + clip each field to its range")
 
 
+# ------------------------------------------------------------------------------------ HalfCheetah
+
+CHEETAH_ERROR_SCALE: Final[tuple[float, ...]] = (0.01,) * 9 + (0.1,) * 9
+"""Unit of HalfCheetah's transition error per state dimension: 0.01 (m or rad) for dx, the torso's
+height and pitch and the six leg angles, 0.1 (m/s or rad/s) for the nine velocities. Under uniform
+random actions the median one-step (0.05 s) change is 0.02 m in dx and rootz, 0.05 rad in pitch,
+0.17-0.22 rad in the leg angles, 0.5-1.4 m/s or rad/s in the root velocities and 6-9 rad/s in the joint
+speeds (measured on 12 random-action episodes of the train and hard tasks), so the threshold 1.0 is
+at most half a median step in dx and rootz and a few per cent of it elsewhere. Re-simulating real
+trajectories from their own float32 states gives errors below 2e-3 in these units."""
+
+
+def cheetah_simulate(states: jax.Array, actions: jax.Array) -> jax.Array:
+    """HalfCheetah's simulator set to each 18-d state and stepped once: (K, 18), (K, 6) -> (K, 18).
+
+    The state ``[dx, qpos[1:], qvel]`` determines the whole MuJoCo state except the root's x
+    position ``qpos[0]`` (HalfCheetah has no activations, mocap or warm-start state that matters:
+    each step starts the solver cold, see :mod:`imaginejax.envs.cheetah.backends`). The dynamics
+    do not depend on x (the floor is an infinite plane), so ``qpos[0] = 0`` is used; the result's
+    dx is the step's x displacement, as in the environment. The state's own dx (slot 0, the
+    *previous* step's displacement) does not enter the physics. Runs on the environment's default
+    backend (MuJoCo C through ``pure_callback`` on a CPU, MJX on accelerators) in float64 from the
+    float32 states; rows with a non-finite state or action come back NaN.
+    """
+    from imaginejax.envs.cheetah import backends
+    from imaginejax.envs.cheetah import tasks as ct
+
+    dtype = jnp.result_type(float)
+    s = states.astype(dtype)
+    qpos = jnp.concatenate([jnp.zeros_like(s[..., :1]), s[..., ct.ROOTZ:ct.LEG_ANGLES.stop]], axis=-1)
+    qvel = s[..., ct.VX:]
+    physics, dx = backends.physics_step(backends.Physics.from_qpos_qvel(qpos, qvel),
+                                        actions.astype(dtype), "auto")
+    return ct.state_vector(dx, physics.qpos, physics.qvel).astype(states.dtype)
+
+
+def cheetah_violations(states: jax.Array) -> dict[str, jax.Array]:
+    """Why HalfCheetah states are illegal: (..., 18) -> {category: (...) bool}.
+
+    The rules and constants of :func:`imaginejax.envs.cheetah.tasks.legal`, split by cause:
+    ``non-finite``; ``displacement`` (|dx| > 1.5 m per step); ``torso height`` (rootz outside
+    [-0.7, 2.5] m); ``joint limits`` (a leg angle beyond its limits widened by 0.5 rad);
+    ``speed`` (|vx| or |vz| > 30 m/s, |pitch rate| > 60 rad/s, a joint speed > 100 rad/s). A
+    non-finite state is only counted as non-finite; a state may fall in several other categories.
+    """
+    from imaginejax.envs.cheetah import model as M
+    from imaginejax.envs.cheetah import tasks as ct
+
+    finite = jnp.all(jnp.isfinite(states), axis=-1)
+    s = jnp.where(jnp.isfinite(states), states, 0.0)
+    low = jnp.asarray(M.LEG_JOINT_RANGE[:, 0]) - ct.LEG_ANGLE_MARGIN
+    high = jnp.asarray(M.LEG_JOINT_RANGE[:, 1]) + ct.LEG_ANGLE_MARGIN
+    legs = s[..., ct.LEG_ANGLES]
+    speed = ((jnp.abs(s[..., ct.VX]) > ct.MAX_ABS_ROOT_SPEED)
+             | (jnp.abs(s[..., ct.VZ]) > ct.MAX_ABS_ROOT_SPEED)
+             | (jnp.abs(s[..., ct.PITCH_RATE]) > ct.MAX_ABS_PITCH_RATE)
+             | jnp.any(jnp.abs(s[..., ct.LEG_VELOCITIES]) > ct.MAX_ABS_JOINT_SPEED, axis=-1))
+    return {
+        "non-finite": ~finite,
+        "displacement": finite & (jnp.abs(s[..., ct.DX]) > ct.MAX_ABS_DX),
+        "torso height": finite & ((s[..., ct.ROOTZ] < ct.MIN_ROOTZ) | (s[..., ct.ROOTZ] > ct.MAX_ROOTZ)),
+        "joint limits": finite & jnp.any((legs < low) | (legs > high), axis=-1),
+        "speed": finite & speed,
+    }
+
+
+def _cheetah_init(s0: jax.Array, goal: jax.Array) -> Any:
+    from imaginejax.envs.cheetah.tasks import Progress
+
+    del goal
+    return Progress.zeros(s0.shape[:-1], jnp.float32)
+
+
+def _cheetah_step(progress: Any, prev: jax.Array, action: jax.Array, following: jax.Array,
+                  goal: jax.Array, t: jax.Array) -> tuple[Any, jax.Array, jax.Array]:
+    from imaginejax.envs.cheetah import tasks as ct
+
+    after = ct.update_progress(progress, following, t)
+    return (after, ct.success(after, t, goal),
+            ct.reward(prev, action, following, goal, progress))
+
+
+@functools.lru_cache(maxsize=None)
+def cheetah_rules(max_steps: int) -> EpisodeRules:
+    """HalfCheetah's :class:`EpisodeRules`: the carry is :class:`~imaginejax.envs.cheetah.tasks.Progress`
+    (Σ dx, leg counts and sums, when each leg got done), updated from each new state's dx by
+    :func:`~imaginejax.envs.cheetah.tasks.update_progress`; success is
+    :func:`~imaginejax.envs.cheetah.tasks.success` on it and the reward
+    :func:`~imaginejax.envs.cheetah.tasks.reward` with the progress before the step — what the
+    environment's ``step_batch`` does. ``max_steps`` does not enter (the tasks' step thresholds are
+    absolute)."""
+    del max_steps
+    return EpisodeRules(_cheetah_init, _cheetah_step)
+
+
+def _cheetah_adapter() -> QualityAdapter:
+    from imaginejax.envs.cheetah import tasks as ct
+
+    return QualityAdapter(
+        name="cheetah", state_dim=ct.STATE_DIM, success=None, legal=ct.legal,
+        simulate=cheetah_simulate, entity_size=1, error_scale=CHEETAH_ERROR_SCALE,
+        error_unit="0.01 m or rad (positions, angles), 0.1 m/s or rad/s (velocities)",
+        threshold=1.0, violations=cheetah_violations, episode=cheetah_rules)
+
+
+# ------------------------------------------------------------------------------------- Meta-World
+
+METAWORLD_NO_SIMULATOR: Final[str] = (
+    "the 91-d Meta-World state does not determine the simulator's state: it holds no velocities "
+    "(arm, fingers, objects, fixture joints), not the hand's mocap target (the hand lags it), the "
+    "finger joints only through the gripper opening, and fixture joints (door hinge, lock, window "
+    "slide, faucet, buttons, nail) only through the poses of their handles; a simulator set from it "
+    "would score a different transition than the one generated")
+
+
+def metaworld_violations(states: jax.Array) -> dict[str, jax.Array]:
+    """Why Meta-World states are illegal: (..., 91) -> {category: (...) bool}.
+
+    The rules and constants of :func:`imaginejax.envs.metaworld.tasks.legal`, split by cause:
+    ``non-finite``; ``out of workspace`` (the hand or a filled entity slot's position outside
+    ``[WORKSPACE_LOW, WORKSPACE_HIGH]``, the paper's "out of workbench"); ``gripper opening``
+    (outside [0, 1]); ``implausible pose`` (a filled slot's quaternion norm off 1 by more than
+    0.05). A slot is filled when any of its 7 entries is non-zero. A non-finite state is only
+    counted as non-finite.
+    """
+    from imaginejax.envs.metaworld import tasks as mt
+
+    finite = jnp.all(jnp.isfinite(states), axis=-1)
+    s = jnp.where(jnp.isfinite(states), states, 0.0)
+    low, high = jnp.asarray(mt.WORKSPACE_LOW, s.dtype), jnp.asarray(mt.WORKSPACE_HIGH, s.dtype)
+    hand_out = ~jnp.all((s[..., 0:3] >= low) & (s[..., 0:3] <= high), axis=-1)
+    slots = s[..., mt.SLOT_START:].reshape(s.shape[:-1] + (mt.NUM_SLOTS, mt.SLOT_DIM))
+    filled = jnp.any(slots != 0, axis=-1)
+    slot_out = filled & ~jnp.all((slots[..., :3] >= low) & (slots[..., :3] <= high), axis=-1)
+    norm = jnp.linalg.norm(slots[..., 3:], axis=-1)
+    bad_quat = filled & ~((jnp.abs(norm - 1.0) <= 0.05) | (norm == 0.0))
+    return {
+        "non-finite": ~finite,
+        "out of workspace": finite & (hand_out | jnp.any(slot_out, axis=-1)),
+        "gripper opening": finite & ((s[..., 3] < 0.0) | (s[..., 3] > 1.0)),
+        "implausible pose": finite & jnp.any(bad_quat, axis=-1),
+    }
+
+
+def _metaworld_success(prev: jax.Array, action: jax.Array, following: jax.Array,
+                       goal: jax.Array) -> jax.Array:
+    from imaginejax.envs.metaworld import tasks as mt
+
+    del prev, action
+    return mt.success(following, goal)
+
+
+def _metaworld_init(s0: jax.Array, goal: jax.Array) -> jax.Array:
+    del goal
+    return s0
+
+
+def _metaworld_step(first: jax.Array, prev: jax.Array, action: jax.Array, following: jax.Array,
+                    goal: jax.Array, t: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    from imaginejax.envs.metaworld import tasks as mt
+
+    del t
+    return (first, mt.success(following, goal),
+            mt.reward(prev, action, following, goal, first_state=first))
+
+
+@functools.lru_cache(maxsize=None)
+def metaworld_rules(max_steps: int) -> EpisodeRules:
+    """Meta-World's :class:`EpisodeRules`: the carry is the episode's first state ``s0`` (the dense
+    rewards' per-episode constants are rebuilt from it, :func:`~imaginejax.envs.metaworld.tasks.
+    extras_from_state`); success is :func:`~imaginejax.envs.metaworld.tasks.success` on the new
+    state and the reward :func:`~imaginejax.envs.metaworld.tasks.reward` (10 on success, else the
+    change of the dense reward). ``max_steps`` does not enter."""
+    del max_steps
+    return EpisodeRules(_metaworld_init, _metaworld_step)
+
+
+def _metaworld_adapter() -> QualityAdapter:
+    from imaginejax.envs.metaworld import tasks as mt
+
+    return QualityAdapter(
+        name="metaworld", state_dim=mt.STATE_DIM, success=_metaworld_success, legal=mt.legal,
+        simulate=None, entity_size=1, error_scale=1.0, error_unit="m", threshold=1.0,
+        violations=metaworld_violations, no_simulator_reason=METAWORLD_NO_SIMULATOR,
+        episode=metaworld_rules)
+
+
 _ADAPTER_FACTORIES: dict[str, Callable[[], QualityAdapter]] = {
     "clevr": _clevr_adapter,
     "babyai": _babyai_adapter,
+    "cheetah": _cheetah_adapter,
+    "metaworld": _metaworld_adapter,
 }
 _ADAPTERS: dict[str, QualityAdapter] = {}
 
@@ -375,6 +638,7 @@ def dataset_fingerprint(ds: TrajectoryDataset) -> str:
 def _scorer(adapter: QualityAdapter) -> Callable[..., dict[str, Any]]:
     """The jitted per-transition scorer of one adapter (compiled once per padded size)."""
     entities = adapter.state_dim // adapter.entity_size
+    scale = np.asarray(adapter.error_scale, np.float32)
 
     def score(prev: jax.Array, action: jax.Array, following: jax.Array, goal: jax.Array
               ) -> dict[str, Any]:
@@ -382,19 +646,64 @@ def _scorer(adapter: QualityAdapter) -> Callable[..., dict[str, Any]]:
         out: dict[str, Any] = {
             "legal_next": adapter.legal(following),
             "violations": adapter.categories(following),
-            "success": adapter.success(prev, action, following, goal),
         }
+        if adapter.episode is None:
+            out["success"] = adapter.success(prev, action, following, goal)
         if adapter.simulate is not None:
             simulated = adapter.simulate(prev, action)
-            diff = (following - simulated).astype(jnp.float32)
+            diff = (following - simulated).astype(jnp.float32) / jnp.asarray(scale)
             diff = jnp.where(jnp.isnan(diff), jnp.inf, diff)  # a NaN state is infinitely wrong
             per_entity = jnp.linalg.norm(diff.reshape(diff.shape[:-1] + (entities, adapter.entity_size)),
                                          axis=-1)
-            out["per_dimension_error"] = jnp.abs(diff) / adapter.error_scale
-            out["transition_error"] = jnp.max(per_entity, axis=-1) / adapter.error_scale
+            out["per_dimension_error"] = jnp.abs(diff)
+            out["transition_error"] = jnp.max(per_entity, axis=-1)
         return out
 
     return jax.jit(score)
+
+
+@functools.lru_cache(maxsize=16)
+def _episode_scorer(adapter: QualityAdapter) -> Callable[[jax.Array, jax.Array, jax.Array], jax.Array]:
+    """The jitted per-step success of whole trajectories with the adapter's :class:`EpisodeRules`:
+    ``(states (N, T+1, S), actions (N, T) / (N, T, A), goals (N, G)) -> (N, T) bool``, the rules
+    scanned from s_0 (steps after a rollout's end are computed but masked by the caller)."""
+
+    def run(states: jax.Array, actions: jax.Array, goals: jax.Array) -> jax.Array:
+        horizon = actions.shape[1]
+        rules = adapter.episode(horizon)  # the step cap only enters rewards, not success
+        batch = states.shape[0]
+        carry = rules.init(states[:, 0], goals)
+        xs = (jnp.swapaxes(states[:, :-1], 0, 1), jnp.swapaxes(actions, 0, 1),
+              jnp.swapaxes(states[:, 1:], 0, 1), jnp.arange(1, horizon + 1, dtype=jnp.int32))
+
+        def body(carry: Any, x: tuple[jax.Array, ...]) -> tuple[Any, jax.Array]:
+            prev, action, following, t = x
+            carry, succeeded, _ = rules.step(carry, prev, action, following, goals,
+                                             jnp.full((batch,), t, jnp.int32))
+            return carry, succeeded
+
+        _, success = jax.lax.scan(body, carry, xs)
+        return jnp.swapaxes(success, 0, 1)
+
+    return jax.jit(run)
+
+
+def trajectory_success(ds: TrajectoryDataset, adapter: QualityAdapter | None = None) -> np.ndarray:
+    """(N, T) bool: the success predicate after every step of ``ds`` (False on padding), with the
+    adapter's :class:`EpisodeRules` when it has them, else its transition ``success``."""
+    adapter = quality_adapter(ds.env if adapter is None else adapter)
+    if adapter.episode is None:
+        prev, following = ds.states[:, :-1], ds.states[:, 1:]
+        goals = np.broadcast_to(ds.goals[:, None], ds.mask.shape + ds.goals.shape[1:])
+        out = adapter.success(jnp.asarray(prev, jnp.float32), jnp.asarray(ds.actions),
+                              jnp.asarray(following, jnp.float32), jnp.asarray(goals))
+        return np.asarray(out, bool) & ds.mask
+    n = ds.mask.shape[0]
+    padded = _bucket(n, minimum=8)
+    take = np.concatenate([np.arange(n), np.zeros(padded - n, np.int64)])
+    out = _episode_scorer(adapter)(ds.states[take].astype(np.float32), ds.actions[take],
+                                   ds.goals[take])
+    return np.asarray(jax.device_get(out), bool)[:n] & ds.mask
 
 
 def _bucket(size: int, minimum: int = 256) -> int:
@@ -448,7 +757,10 @@ def score_dataset(ds: TrajectoryDataset, *, adapter: QualityAdapter | None = Non
 
     lengths = ds.mask.sum(axis=1)
     last = lengths - 1
-    step_success = grid(merged["success"].astype(bool), False)
+    if adapter.episode is None:
+        step_success = grid(merged["success"].astype(bool), False)
+    else:
+        step_success = trajectory_success(ds, adapter)
     initial_legal = np.asarray(jax.device_get(adapter.legal(jnp.asarray(ds.states[:, 0], jnp.float32))))
     if adapter.simulate is not None:
         transition_error = grid(merged["transition_error"].astype(np.float32), np.float32(0.0))

@@ -1,16 +1,19 @@
-"""Imaginer quality study on CLEVR-Robot: fine-tune on real expert data, imagine, score, compare.
+"""Imaginer quality study: fine-tune on real expert data, imagine, score, compare (any environment
+with an expert and a quality adapter; CLEVR-Robot by default).
 
-    python -m imaginejax.imaginer.study train RUN [--state-prediction absolute|delta] [--steps 600]
-        [--set state_loss_weight=0.5 ...]
+    python -m imaginejax.imaginer.study train RUN [--env clevr|babyai|...] [--steps 600]
+        [--trajectories 2000] [--state-prediction absolute|delta] [--set state_loss_weight=0.5 ...]
     python -m imaginejax.imaginer.study evaluate RUN [--num 256] [--project] [--levels ...]
     python -m imaginejax.imaginer.study compare RUN_A:LABEL RUN_B:LABEL ...
 
-``train`` fine-tunes the ``tiny`` preset on ``--trajectories`` real expert trajectories of the CLEVR
-training goals (collected once by the demo's cache, :func:`imaginejax.demo.cached_expert_data`, seed
-0, epsilon 0.1) into ``$IMAGINEJAX_HOME/imaginer-study/RUN`` (resumable; progress every 20 steps on
-stderr). ``evaluate`` loads that run, generates ``--num`` imaginary rollouts per level with a fixed
-key (the same initial states and tasks for every run), scores them
-(:func:`~imaginejax.imaginer.quality.quality_report`) and writes
+``train`` fine-tunes the ``tiny`` preset on ``--trajectories`` real expert trajectories of the
+environment's training level (seed 0, epsilon 0.1, collected once and cached by
+:func:`imaginejax.bench.cached_expert_data`: CLEVR in the demo's
+cache; other environments under ``$IMAGINEJAX_HOME/imaginer-study/data``) into
+``$IMAGINEJAX_HOME/imaginer-study/RUN`` (resumable; progress every 20 steps on stderr; the
+environment is recorded in ``RUN/study.json``). ``evaluate`` loads that run, generates ``--num``
+imaginary rollouts per level with a fixed key (the same initial states and tasks for every run),
+scores them (:func:`~imaginejax.imaginer.quality.quality_report`) and writes
 ``RUN/quality[-projected].json`` and ``.md``. ``compare`` prints the per-level metrics of several
 evaluated runs side by side. Everything runs on the CPU it finds; other users of the machine slow it
 down but do not change the results (fixed seeds).
@@ -44,13 +47,29 @@ def run_dir(name: str) -> Path:
     return cache_root() / STUDY_DIR / name
 
 
-def real_data(num: int, seed: int = 0, epsilon: float = 0.1) -> Any:
-    """The demo's cached expert trajectories of the CLEVR training goals (collected if missing)."""
-    from imaginejax.demo import cached_expert_data
+STUDY_FILE = "study.json"
 
-    root = cache_root() / "demo"
+
+def real_data(num: int, seed: int = 0, epsilon: float = 0.1, env: str = "clevr") -> Any:
+    """Cached expert trajectories of the environment's training level (collected if missing).
+
+    CLEVR reads the demo's cache (so earlier CLEVR runs resume on the same data); other environments
+    use :func:`imaginejax.bench.cached_expert_data` (instructions not embedded: the imaginer reads
+    the strings) under ``$IMAGINEJAX_HOME/imaginer-study/data``.
+    """
+    from imaginejax.bench import cached_expert_data
+
+    root = cache_root() / ("demo" if env == "clevr" else f"{STUDY_DIR}/data")
     root.mkdir(parents=True, exist_ok=True)
-    return cached_expert_data("train", num, seed, epsilon, root)
+    return cached_expert_data(env, "train", num, seed, epsilon, root, embed=env == "clevr", log=_log)
+
+
+def run_env(directory: Path) -> str:
+    """The environment a study run was trained on (``study.json``; runs without one are CLEVR)."""
+    path = directory / STUDY_FILE
+    if not path.is_file():
+        return "clevr"
+    return str(json.loads(path.read_text(encoding="utf-8"))["env"])
 
 
 def _overrides(pairs: list[str]) -> dict[str, Any]:
@@ -70,14 +89,20 @@ def _overrides(pairs: list[str]) -> dict[str, Any]:
 def train(args: argparse.Namespace) -> None:
     from imaginejax.imaginer.finetune import finetune
 
-    data = real_data(args.trajectories)
+    directory = run_dir(args.run)
+    if (directory / STUDY_FILE).is_file() and run_env(directory) != args.env:
+        raise SystemExit(f"run {args.run!r} was trained on {run_env(directory)!r}, not {args.env!r}; "
+                         "choose another RUN name")
+    data = real_data(args.trajectories, env=args.env)
     overrides = dict(num_steps=args.steps, checkpoint_every=args.steps, **_overrides(args.set))
     if args.state_prediction is not None:
         overrides["state_prediction"] = args.state_prediction
     _log(f"fine-tuning preset {args.preset!r} on {data.num_trajectories} trajectories "
          f"({data.num_transitions} steps) with {overrides}")
     start = time.perf_counter()
-    result = finetune(args.preset, data, run_dir(args.run), **overrides)
+    result = finetune(args.preset, data, directory, **overrides)
+    (directory / STUDY_FILE).write_text(json.dumps({"env": args.env, "trajectories": args.trajectories},
+                                                   indent=2) + "\n", encoding="utf-8")
     _log(f"done: {result.imaginer.step} steps in {time.perf_counter() - start:.0f} s "
          f"(this call), run {result.run_dir}")
 
@@ -89,24 +114,25 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     from imaginejax.imaginer.quality import quality_report
 
     directory = run_dir(args.run)
+    env_name = run_env(directory)
     imaginer = load_imaginer(directory)
     datasets = {}
     seconds = {}
     for index, level in enumerate(args.levels):
-        env, params = make("clevr", level, embed=False)
+        env, params = make(env_name, level, embed=False)
         result = imagine(imaginer, env, params, jax.random.fold_in(jax.random.key(args.seed), index),
                          args.num, project=args.project, quality=False, progress=True)
         datasets[level] = result.dataset
         seconds[level] = result.seconds
     report = quality_report(datasets)
     tag = "quality-projected" if args.project else "quality"
-    record = {"run": args.run, "step": imaginer.step, "preset": imaginer.preset,
+    record = {"run": args.run, "env": env_name, "step": imaginer.step, "preset": imaginer.preset,
               "state_prediction": imaginer.config.state_prediction, "project": bool(args.project),
               "num": args.num, "seed": args.seed, "generation_seconds": seconds, **report.to_dict()}
     (directory / f"{tag}.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     table = report.to_markdown()
     (directory / f"{tag}.md").write_text(f"# {args.run} ({tag})\n\n{table}", encoding="utf-8")
-    print(f"{args.run}: state prediction {imaginer.config.state_prediction}, projection "
+    print(f"{args.run} ({env_name}): state prediction {imaginer.config.state_prediction}, projection "
           f"{'on' if args.project else 'off'}, {args.num} rollouts per level\n\n{table}")
     return record
 
@@ -124,21 +150,27 @@ def compare(args: argparse.Namespace) -> None:
                          error.get("mean", float("nan")), s["exceeds_dynamics_rate"],
                          s["consistent_and_realistic_rate"]])
     head = ["run", "level", "goal consistency", "legal rollouts", "consistent & legal",
-            "illegal states", "transition error (radii)", "exceeds dynamics", "consistent & realistic"]
+            "illegal states", "transition error (mean, error unit)", "exceeds dynamics",
+            "consistent & realistic"]
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for row in rows:
-        cells = [row[0], row[1]] + [f"{100 * v:.1f} %" for v in row[2:6]] + [f"{row[6]:.2f}"] + [
-            f"{100 * v:.1f} %" for v in row[7:]]
+        cells = [row[0], row[1]] + [_percent(v) for v in row[2:6]] + [f"{row[6]:.2f}"] + [
+            _percent(v) for v in row[7:]]
         print("| " + " | ".join(cells) + " |")
+
+
+def _percent(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.1f} %"
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m imaginejax.imaginer.study",
                                      description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    p_train = sub.add_parser("train", help="fine-tune an imaginer on real CLEVR data")
+    p_train = sub.add_parser("train", help="fine-tune an imaginer on real expert data")
     p_train.add_argument("run")
+    p_train.add_argument("--env", default="clevr", help="environment (default: clevr)")
     p_train.add_argument("--preset", default="tiny")
     p_train.add_argument("--state-prediction", default=None, choices=("absolute", "delta"),
                          help="default: the preset's")

@@ -1,0 +1,360 @@
+"""The imaginer on every environment that has one (BabyAI, HalfCheetah, Meta-World; CLEVR is in
+test_imagine.py): generation with tiny hand-built models stops each row when the environment's own
+success predicate holds — HalfCheetah's through the running quantities (Σ dx, carried per row) —
+with the environment's rewards, writes valid datasets and drops non-finite rows; the quality
+adapters score real trajectories as the environment saw them (goal consistency = the episodes'
+own success, HalfCheetah's re-simulated transitions ≈ 0 error) and hand-edited states with the
+errors and illegal-state categories computed by hand."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from imaginejax.data.collect import collect
+from imaginejax.data.types import TrajectoryDataset
+from imaginejax.data.validate import validate_dataset
+from imaginejax.envs import make
+from imaginejax.envs.cheetah import tasks as ct
+from imaginejax.envs.metaworld import tasks as mt
+from imaginejax.imaginer.imagine import (
+    ImaginationError,
+    episode_rules,
+    generate_rollouts,
+    imagine,
+    rollouts_to_dataset,
+)
+from imaginejax.imaginer.kalm import rollout_prompts
+from imaginejax.imaginer.quality import (
+    CHEETAH_ERROR_SCALE,
+    cheetah_violations,
+    metaworld_violations,
+    quality_adapter,
+    quality_report,
+    score_dataset,
+    summarize,
+)
+from test_imagine import FMT, make_imaginer
+
+# A legal HalfCheetah state moving forward by 0.05 m per step, torso 0.03 m above its rest height.
+CHEETAH_STATE = np.zeros(18, np.float32)
+CHEETAH_STATE[[ct.DX, ct.ROOTZ, ct.VX]] = [0.05, -0.1, 1.0]
+CHEETAH_ACTION = np.full(6, 0.5, np.float32)
+JUMP_FORWARD, JUMP_BACKWARD = 2, 3  # rows of the train goal table
+FORWARD_BACKWARD, JUMP_IN_PLACE = 0, 2  # rows of the hard goal table
+
+
+def metaworld_state() -> np.ndarray:
+    """A legal 91-d state: the target object on the target location (push / pick-place succeed),
+    the door handle 0.35 m from it in x (door-open does not)."""
+    state = np.zeros(mt.STATE_DIM, np.float32)
+    state[0:4] = [0.0, 0.6, 0.2, 0.5]
+    state[4:7] = [0.05, 0.8, 0.02]
+    obj = mt.SLOT_START + mt.SLOT_DIM * mt.ENTITIES.index("target_object")
+    handle = mt.SLOT_START + mt.SLOT_DIM * mt.ENTITIES.index("handle")
+    state[obj:obj + 7] = [0.05, 0.8, 0.02, 1.0, 0.0, 0.0, 0.0]
+    state[handle:handle + 7] = [-0.3, 0.8, 0.15, 1.0, 0.0, 0.0, 0.0]
+    return state
+
+
+PUSH, DOOR_OPEN = mt.TASK_INDEX["push"], mt.TASK_INDEX["door-open"]  # == their train rows
+
+
+def env_imaginer(env_name: str, **kwargs: Any):
+    """A 1-layer random imaginer shaped for ``env_name``."""
+    env, _ = make(env_name, "train", embed=False)
+    width = env.num_actions if env.discrete else env.action_dim
+    return make_imaginer(state_dim=env.state_dim, num_actions=width, discrete=bool(env.discrete),
+                         fixed_action=1, **kwargs)
+
+
+# --------------------------------------------------------------------------------------- generation
+
+
+# Shapes shared by the tests of one environment, so its generation compiles once (rows, horizon).
+SHAPES = {"babyai": (2, 4), "cheetah": (2, 16), "metaworld": (2, 5)}
+
+
+def check_rewards_and_stops(env_name: str, ds: TrajectoryDataset, max_steps: int) -> None:
+    """Rewards, terminals and row ends recomputed with the environment's own functions on the
+    written states and actions, independently of the generation loop."""
+    env, _ = make(env_name, ds.level, embed=False)
+    states, actions, goals = (jnp.asarray(x) for x in (ds.states, ds.actions, ds.goals))
+    horizon = ds.mask.shape[1]
+    if env_name == "cheetah":
+        success, want = ct.trajectory_success_and_reward(states, actions, goals)
+    elif env_name == "metaworld":
+        want = mt.reward(states[:, :-1], actions, states[:, 1:], goals[:, None],
+                         first_state=states[:, :1])
+        success = mt.success(states[:, 1:], goals[:, None])
+    else:
+        want = env.reward(states[:, :-1], actions, states[:, 1:], goals[:, None],
+                          np.arange(1, horizon + 1), max_steps)
+        success = env.success(states[:, :-1], actions, states[:, 1:], goals[:, None])
+    np.testing.assert_allclose(ds.rewards, np.where(ds.mask, np.asarray(want), 0.0), rtol=1e-5,
+                               atol=1e-5)
+    success = np.asarray(success) & ds.mask
+    np.testing.assert_array_equal(ds.terminals, success)
+    first = np.where(success.any(axis=1), np.argmax(success, axis=1) + 1, horizon)
+    np.testing.assert_array_equal(ds.mask.sum(axis=1), first)  # a row stops at its first success
+    quality = ds.provenance["quality"]
+    assert quality["num_rollouts"] == ds.num_trajectories
+    assert quality["goal_consistency"] == pytest.approx(ds.terminals.any(axis=1).mean())
+    assert quality["simulated"] == (env_name != "metaworld")
+
+
+@pytest.mark.parametrize("env_name", ["babyai", "cheetah"])
+def test_random_model_generation_is_a_valid_dataset_with_the_envs_rewards(env_name: str) -> None:
+    env, params = make(env_name, "train", embed=False)
+    rows, horizon = SHAPES[env_name]
+    result = imagine(env_imaginer(env_name, seed=3), env, params, jax.random.key(1), rows,
+                     horizon=horizon, progress=False)
+    ds = result.dataset
+    assert result.num_dropped_nonfinite == 0 and ds.env == env_name and ds.level == "train"
+    assert ds.states.shape == (rows, horizon + 1, env.state_dim)
+    assert ds.actions.shape == ((rows, horizon) if env.discrete else (rows, horizon, env.action_dim))
+    validate_dataset(ds, num_actions=env.num_actions if env.discrete else None)
+    check_rewards_and_stops(env_name, ds, params.max_steps)
+
+
+def test_cheetah_generation_stops_on_the_running_displacement() -> None:
+    """Every generated state moves 0.05 m forward: Σ = 0.05 t. "jump forward" (t >= 5, Σ > 0)
+    stops at step 5; "jump backward" never; "jump in place" (t >= 15, |Σ| < 1.05) at step 15;
+    forward-then-backward never. Reward of a jump step: clip(v, -1, 1) + 10 · 0.03 - 0.1 · 6 · 0.25."""
+    imaginer = env_imaginer("cheetah", fixed_heads=True, state_bias=CHEETAH_STATE,
+                            action_bias=CHEETAH_ACTION)
+    horizon = SHAPES["cheetah"][1]
+    for level, rows, lengths in (("train", [JUMP_FORWARD, JUMP_BACKWARD], [5, horizon]),
+                                 ("hard", [JUMP_IN_PLACE, FORWARD_BACKWARD], [15, horizon])):
+        env, params = make("cheetah", level, embed=False)
+        ds = imagine(imaginer, env, params, jax.random.key(2), 2, task_indices=np.array(rows),
+                     horizon=horizon, progress=False).dataset
+        np.testing.assert_array_equal(ds.mask.sum(axis=1), lengths)
+        np.testing.assert_array_equal(ds.terminals.any(axis=1), [True, False])
+        assert ds.terminals[0, lengths[0] - 1] and ds.truncations[1, horizon - 1]
+        np.testing.assert_allclose(ds.states[0, 1:lengths[0] + 1],
+                                   np.tile(CHEETAH_STATE, (lengths[0], 1)), atol=1e-6)
+        np.testing.assert_allclose(ds.actions[0, :lengths[0]], np.tile(CHEETAH_ACTION, (lengths[0], 1)),
+                                   atol=1e-6)
+        if level == "train":
+            np.testing.assert_allclose(ds.rewards[0, :5], 1.0 + 0.3 - 0.15, rtol=1e-4)
+            np.testing.assert_allclose(ds.rewards[1], -1.0 + 0.3 - 0.15, rtol=1e-4)
+        check_rewards_and_stops("cheetah", ds, params.max_steps)
+        summary = ds.provenance["quality"]
+        assert summary["goal_consistency"] == 0.5 and summary["illegal_state_rate"] == 0.0
+
+
+def test_metaworld_generation_stops_on_the_task_predicate() -> None:
+    """The generated state has the object on the target: push succeeds at step 1 (reward 10);
+    door-open's handle stays 0.35 m off (never; reward 0 once the state stops changing)."""
+    env, params = make("metaworld", "train", embed=False)
+    imaginer = env_imaginer("metaworld", fixed_heads=True, state_bias=metaworld_state(),
+                            action_bias=np.array([0.1, 0.0, -0.1, 0.5], np.float32))
+    rows, horizon = SHAPES["metaworld"]
+    ds = imagine(imaginer, env, params, jax.random.key(5), rows,
+                 task_indices=np.array([PUSH, DOOR_OPEN]), horizon=horizon, progress=False).dataset
+    validate_dataset(ds)
+    assert ds.states.shape == (2, horizon + 1, 91) and ds.actions.shape == (2, horizon, 4)
+    np.testing.assert_array_equal(ds.mask.sum(axis=1), [1, horizon])
+    assert ds.terminals[0, 0] and ds.rewards[0, 0] == pytest.approx(10.0)
+    np.testing.assert_allclose(ds.rewards[1, 1:], 0.0, atol=1e-6)
+    np.testing.assert_allclose(ds.states[1, 1:], np.tile(metaworld_state(), (5, 1)), atol=1e-6)
+    assert np.asarray(mt.legal(jnp.asarray(ds.states[:, 0]))).all()  # s0 from the real reset
+    check_rewards_and_stops("metaworld", ds, params.max_steps)
+    summary = ds.provenance["quality"]
+    assert summary["goal_consistency"] == 0.5 and summary["transition_error"] is None
+    # A model that writes NaN states: every row dropped, nothing written (same shapes: no compile).
+    with pytest.raises(ImaginationError, match="non-finite"):
+        imagine(env_imaginer("metaworld", nan_states=True), env, params, jax.random.key(0), rows,
+                horizon=horizon, progress=False)
+
+
+@pytest.mark.parametrize("env_name", ["babyai", "cheetah"])
+def test_non_finite_rows_are_dropped_and_an_all_nan_model_writes_nothing(env_name: str) -> None:
+    env, params = make(env_name, "train", embed=False)
+    imaginer = env_imaginer(env_name, seed=4)
+    keys = jax.random.split(jax.random.key(0), 2)
+    _, state = env.reset_to_task_batch(keys, params, jnp.zeros(2, jnp.int32))
+    s0 = np.array(env.state_vector(state), np.float32)
+    s0[1, 2] = np.nan  # this row's generated states become NaN
+    goals = np.asarray(env.goal_of(state, params))
+    ids = np.asarray(state.instruction)
+    instructions = env.instructions("train")
+    tokens, attention, state_inputs = rollout_prompts(
+        FMT, imaginer.config, [imaginer.tokenizer.encode(instructions[i]).ids for i in ids], s0)
+    out = generate_rollouts(imaginer.params, imaginer.config, imaginer.normalizer, tokens, attention,
+                            state_inputs, s0, goals, horizon=SHAPES[env_name][1],
+                            rules=episode_rules(env, params.max_steps))
+    assert np.asarray(out.finite).tolist() == [True, False] and int(out.lengths[1]) == 1
+    ds, dropped = rollouts_to_dataset(
+        out, instruction_ids=ids, goals=goals, instructions=instructions,
+        instruction_embeddings=np.zeros((len(instructions), 0), np.float32), env=env_name,
+        level="train", discrete=bool(env.discrete), provenance={},
+        num_actions=getattr(env, "num_actions", None))
+    assert dropped == 1 and ds.num_trajectories == 1 and np.isfinite(ds.states).all()
+    with pytest.raises(ImaginationError, match="non-finite"):
+        imagine(env_imaginer(env_name, nan_states=True), env, params, jax.random.key(0),
+                SHAPES[env_name][0], horizon=SHAPES[env_name][1], progress=False)
+
+
+# ------------------------------------------------------------------------- HalfCheetah adapter
+
+
+@pytest.fixture(scope="module")
+def cheetah_real() -> dict[str, TrajectoryDataset]:
+    """Uniform random actions in the real environment, every task of the train and hard levels."""
+    out = {}
+    for level in ("train", "hard"):
+        env, params = make("cheetah", level, embed=False)
+        policy = lambda key, obs, state, params: jax.random.uniform(  # noqa: E731
+            key, (obs.shape[0], 6), minval=-1.0, maxval=1.0)
+        out[level] = collect(env, params, policy, jax.random.key(0), params.num_tasks,
+                             task_indices=np.arange(params.num_tasks), progress=False)
+    return out
+
+
+def test_cheetah_real_trajectories_are_consistent_and_re_simulate_exactly(
+        cheetah_real: dict[str, TrajectoryDataset]) -> None:
+    report = quality_report(cheetah_real)
+    for level, ds in cheetah_real.items():
+        scores = report.scores[level]
+        # The progress scan over the states gives the environment's own success, step by step.
+        np.testing.assert_array_equal(scores.step_success, ds.terminals)
+        np.testing.assert_array_equal(scores.goal_reached, ds.terminals.any(axis=1))
+        assert 0 < ds.terminals.any(axis=1).sum() < ds.num_trajectories  # both outcomes occur
+        assert scores.transition_error[ds.mask].max() < 5e-3  # float32 states, float64 physics
+        assert report.levels[level]["illegal_state_rate"] == 0.0
+        assert report.levels[level]["exceeds_dynamics_rate"] == 0.0
+    # A joint-speed change of 1 rad/s at s_3 is an error of 1 / 0.1 on that transition only; the
+    # next transition starts from the edited state and is re-simulated from it.
+    ds = cheetah_real["train"]
+    states = ds.states.copy()
+    states[0, 3, 12] += 1.0
+    edited = score_dataset(dataclasses.replace(ds, states=states))
+    assert CHEETAH_ERROR_SCALE[12] == 0.1
+    np.testing.assert_allclose(edited.transition_error[0, 2], 10.0, rtol=1e-3)
+    np.testing.assert_allclose(edited.per_dimension_error[0, 2, 12], 10.0, rtol=1e-3)
+    assert edited.per_dimension_error[0, 2, np.arange(18) != 12].max() < 5e-3
+    assert edited.transition_error[0, 3] > 1.0  # s_4 is no longer what the physics makes of s_3
+    np.testing.assert_array_equal(edited.exceeds_dynamics[0, :5], [0, 0, 1, 1, 0])
+
+
+def test_cheetah_goal_consistency_by_hand() -> None:
+    """dx = +0.1 for 5 steps then -0.3: Σ = 0.1 t, then 0.5 - 0.3 (t - 5). Jump forward (t >= 5,
+    Σ > 0) holds from step 5 on; jump backward (Σ < 0) from step 7 (Σ = -0.1); a 6-step rollout
+    therefore reaches jump forward, not jump backward."""
+    horizon = 8
+    dx = np.array([0.1] * 5 + [-0.3] * 3, np.float32)
+    states = np.tile(CHEETAH_STATE, (2, horizon + 1, 1))
+    states[:, 0, ct.DX] = 0.0
+    states[:, 1:, ct.DX] = dx
+    goals = np.asarray(ct.level_goals("train"))[[JUMP_FORWARD, JUMP_BACKWARD]]
+    mask = np.ones((2, horizon), bool)
+    ds = TrajectoryDataset(
+        states=states, actions=np.zeros((2, horizon, 6), np.float32),
+        rewards=np.zeros((2, horizon), np.float32), mask=mask, terminals=np.zeros_like(mask),
+        truncations=np.eye(horizon, dtype=bool)[[-1, -1]],
+        instruction_ids=np.zeros(2, np.int32), goals=goals, instructions=("jump",),
+        instruction_embeddings=np.zeros((1, 0), np.float32), env="cheetah", level="train",
+        source="imaginary", discrete=False)
+    scores = score_dataset(ds)
+    np.testing.assert_array_equal(scores.step_success[0], [0, 0, 0, 0, 1, 1, 0, 0])  # Σ 0.2 at t=7
+    np.testing.assert_array_equal(scores.step_success[1], [0, 0, 0, 0, 0, 0, 1, 1])
+    six = dataclasses.replace(ds, mask=np.tile(np.arange(horizon) < 6, (2, 1)),
+                              truncations=np.eye(horizon, dtype=bool)[[5, 5]])
+    np.testing.assert_array_equal(score_dataset(six).goal_reached, [True, False])
+
+
+def test_cheetah_categories_partition_env_legal() -> None:
+    rng = np.random.default_rng(1)
+    states = rng.normal(0.0, [0.8, 1.0, 3.0] + [1.0] * 6 + [20.0] * 3 + [60.0] * 6, (4000, 18))
+    states = states.astype(np.float32)
+    states[:5, 4] = np.nan
+    categories = cheetah_violations(jnp.asarray(states))
+    any_category = np.any(np.stack([np.asarray(v) for v in categories.values()]), axis=0)
+    legal = np.asarray(ct.legal(jnp.asarray(states)))
+    np.testing.assert_array_equal(any_category, ~legal)
+    for name, values in categories.items():
+        assert np.asarray(values).any(), name  # every category occurs
+    assert 0.05 < legal.mean() < 0.95
+    assert np.asarray(categories["non-finite"])[:5].all()
+    # The simulator leaves non-finite rows non-finite (they score as infinitely wrong).
+    adapter = quality_adapter("cheetah")
+    out = np.asarray(adapter.simulate(jnp.asarray(states[:8]), jnp.zeros((8, 6))))
+    assert np.isnan(out[:5]).any(axis=1).all() and np.isfinite(out[5:]).all()
+
+
+# -------------------------------------------------------------------------- Meta-World adapter
+
+
+def test_metaworld_expert_trajectories_and_hand_edited_states() -> None:
+    env, params = make("metaworld", "train", embed=False)
+    from imaginejax.envs.metaworld.expert import expert_policy
+
+    rows = np.array([PUSH, DOOR_OPEN, mt.TASK_INDEX["button-press"]])
+    ds = collect(env, params, expert_policy(), jax.random.key(0), len(rows), task_indices=rows,
+                 progress=False)
+    assert ds.terminals.any(axis=1).all()
+    scores = score_dataset(ds)
+    np.testing.assert_array_equal(scores.step_success, ds.terminals)
+    assert scores.legal_next[ds.mask].all() and scores.legal_initial.all()
+    assert not scores.simulated and np.isnan(scores.transition_error).all()
+    summary = summarize(scores)
+    assert summary["goal_consistency"] == 1.0 and summary["exceeds_dynamics_rate"] is None
+    assert "Transitions were not checked: the 91-d Meta-World state" in quality_report(ds).to_markdown()
+    # Hand edits of generated states, one category each (3 of the valid next states).
+    states = ds.states.copy()
+    states[0, 1, 2] = 1.5  # the hand 0.5 m above the workspace
+    states[1, 1, 3] = 1.4  # gripper opening beyond 1
+    states[2, 1, mt.SLOT_START + mt.SLOT_DIM * mt.ENTITIES.index("button") + 3:][:4] *= 2.0  # |q| = 2
+    edited = summarize(score_dataset(dataclasses.replace(ds, states=states)))
+    n = int(ds.mask.sum())
+    assert edited["illegal_state_rate"] == pytest.approx(3 / n)
+    assert edited["illegal_states_by_category"] == pytest.approx(
+        {"non-finite": 0.0, "out of workspace": 1 / n, "gripper opening": 1 / n,
+         "implausible pose": 1 / n})
+    assert edited["legal_rollout_rate"] == 0.0
+
+
+def test_metaworld_categories_partition_env_legal() -> None:
+    rng = np.random.default_rng(2)
+    states = np.zeros((4000, mt.STATE_DIM), np.float32)
+    states[:, 0:3] = rng.uniform([-1.0, 0.0, -0.4], [1.0, 1.5, 1.2], (4000, 3))
+    states[:, 3] = rng.uniform(-0.2, 1.2, 4000)
+    for slot in (0, 5):  # two filled slots
+        start = mt.SLOT_START + mt.SLOT_DIM * slot
+        states[:, start:start + 3] = rng.uniform([-1.0, 0.0, -0.4], [1.0, 1.5, 1.2], (4000, 3))
+        quat = rng.normal(size=(4000, 4))
+        quat /= np.linalg.norm(quat, axis=1, keepdims=True)
+        states[:, start + 3:start + 7] = quat * rng.choice([1.0, 1.2], (4000, 1), p=[0.9, 0.1])
+    states[:5, 40] = np.nan
+    categories = metaworld_violations(jnp.asarray(states))
+    any_category = np.any(np.stack([np.asarray(v) for v in categories.values()]), axis=0)
+    legal = np.asarray(mt.legal(jnp.asarray(states)))
+    np.testing.assert_array_equal(any_category, ~legal)
+    assert all(np.asarray(v).any() for v in categories.values()) and 0.02 < legal.mean() < 0.95
+
+
+# ------------------------------------------------------------------------------ BabyAI adapter
+
+
+def test_babyai_expert_trajectories_score_perfectly() -> None:
+    from imaginejax.envs.babyai.expert import make_policy
+
+    report = {}
+    for level in ("hard",):  # key-door, line and gather: multi-stage goals
+        env, params = make("babyai", level, embed=False)
+        ds = collect(env, params, make_policy(), jax.random.key(1), 2 * params.num_tasks,
+                     task_indices=np.arange(2 * params.num_tasks) % params.num_tasks, progress=False)
+        scores = score_dataset(ds)
+        np.testing.assert_array_equal(scores.goal_reached, ds.terminals.any(axis=1))
+        np.testing.assert_array_equal(scores.step_success, ds.terminals)
+        assert scores.transition_error[ds.mask].max() == 0.0
+        report[level] = summarize(scores)
+        assert report[level]["illegal_state_rate"] == 0.0
+        assert report[level]["goal_consistency"] == pytest.approx(ds.terminals.any(axis=1).mean())
