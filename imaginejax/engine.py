@@ -19,13 +19,21 @@ Scale-out (issue 6):
 * **Bitwise reproducibility.** XLA's CPU code for a vmapped reduction depends on the vmapped size, so
   a run's numbers depend (at float round-off) on how many runs share a call. ``EngineConfig.run_block
   = b`` fixes that size: the runs are ``lax.map``-ped in blocks of b vmapped runs, and then a sweep gives
-  bitwise the same numbers whatever its chunking (any number of blocks per call). Across devices:
-  every mesh of 2 or more devices gives bitwise the same numbers (checked 2 vs 8), but XLA compiles a
-  partitioned program (``num_partitions > 1``) with slightly different arithmetic than a one-device
-  one (its optimised HLO has other divide / multiply / subtract counts), so sharded and one-device
-  results agree to float32 round-off (~1e-7), not bit for bit. Dispatching the one-device executable
-  to each device separately is bitwise, but compiles once per device; we chose one compilation.
-  ``None`` (default) vmaps all of a device's runs at once (fastest).
+  bitwise the same numbers whatever its chunking (any number of blocks per call) and whatever the
+  device count: one device, a 2-device mesh and an 8-device mesh give identical states, metrics and
+  evaluations on CPU (tests/test_sweep_sharding.py). That needs one compiler setting,
+  :data:`COMPILER_OPTIONS`: a partitioned compile (``num_partitions > 1``) runs XLA's SPMD clean-up
+  pipeline, whose common-subexpression elimination merges duplicates *before* the main simplification
+  pipeline; merged values have more users, so the algebraic simplifier reassociates differently (e.g.
+  Adam's ``(m / c1) / (sqrt(v / c2) + eps)`` into ``m / (c1 * (sqrt(v / c2) + eps))`` for some leaves
+  only), and the main pipeline's own CSE then still changes a few reductions. With ``run_block`` set,
+  every engine compile on CPU (one device or a mesh) therefore disables XLA's ``cse`` pass, and its ``simplify-while-loops``
+  pass (which removes a ``lax.map`` of a single block, so a device holding exactly ``run_block`` runs
+  would be optimised differently); the per-device program of a mesh then computes exactly what the
+  one-device program computes (checked for BC, discrete CQL and discrete TD3+BC on the toy
+  environment). Other backends keep XLA's defaults (no bitwise promise
+  there). ``None`` (default) vmaps all of a device's runs at once (fastest; then
+  results depend on the runs per device at round-off).
 * **Chunking.** ``runs_per_chunk`` splits the run axis into chunks trained one after another (each for
   all intervals); results are concatenated in run order. :mod:`imaginejax.sweep` picks it from a
   memory estimate (:meth:`Trainer.memory_estimate`).
@@ -68,6 +76,19 @@ from imaginejax.runlog import MetricsLog
 
 PyTree = Any
 RUNS = "runs"  # the mesh axis name of the run axis
+# XLA options of every engine compile. A partitioned compile (>= 2 devices) runs the SPMD partitioner's
+# clean-up pipeline, whose common-subexpression elimination runs *before* the main simplification
+# pipeline; the one-device compile has no such early CSE. Merged duplicates (e.g. the per-leaf broadcasts
+# of Adam's bias corrections) then have several users, so the algebraic simplifier rewrites them
+# differently ((m / c1) / (sqrt(v / c2) + eps) -> m / (c1 * (sqrt(v / c2) + eps)) for some leaves,
+# m * (1 / c1) / (...) for others), and the later CSE of the main pipeline differs too: sharded and
+# one-device runs would differ at float round-off. Without CSE anywhere, the per-device program of a mesh
+# computes what the one-device program computes (module docstring, "Bitwise reproducibility"). Also off:
+# the while-loop simplifier, which removes a ``lax.map`` of one block (a device holding run_block runs)
+# and so optimises its body in another context than a loop of several blocks. Applied on CPU and only with
+# EngineConfig.run_block set (the bitwise mode; the default path keeps XLA's full optimisation);
+# None: XLA's defaults.
+COMPILER_OPTIONS: dict[str, str] | None = {"xla_disable_hlo_passes": "cse,simplify-while-loops"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,7 +101,8 @@ class EngineConfig:
       num_intervals: intervals in a full training run.
       eval_episodes: episodes per level per evaluation (tasks round-robin).
       run_block: None vmaps all runs of a device at once; b >= 1 runs them in ``lax.map``-ped blocks of
-        b vmapped runs, which makes results bitwise independent of chunking (module docstring).
+        b vmapped runs, which makes results bitwise independent of chunking and of the number of
+        devices on CPU (module docstring, :data:`COMPILER_OPTIONS`).
     """
 
     batch_size: int = 256
@@ -304,12 +326,16 @@ class Trainer:
         if tag not in self._compiled:
             init = self._blocked(self._init_one, 2)
             interval = self._blocked(self._interval_one, 3)
+            platform = jax.default_backend() if mesh is None else mesh.devices.flat[0].platform
+            # Only where bitwise equality is promised (run_block set): the passes it disables may cost speed.
+            options = COMPILER_OPTIONS if platform == "cpu" and self.config.run_block is not None else None
             if mesh is not None:
                 init = jax.shard_map(init, mesh=mesh, in_specs=(P(RUNS), P(RUNS)), out_specs=P(RUNS),
                                      check_vma=False)
                 interval = jax.shard_map(interval, mesh=mesh, in_specs=(P(RUNS),) * 3 + (P(),) * 3,
                                          out_specs=P(RUNS), check_vma=False)
-            self._compiled[tag] = (jax.jit(init), jax.jit(interval, donate_argnums=(0,)))
+            self._compiled[tag] = (jax.jit(init, compiler_options=options),
+                                   jax.jit(interval, donate_argnums=(0,), compiler_options=options))
         return self._compiled[tag]
 
     # -- public API ---------------------------------------------------------------------------
