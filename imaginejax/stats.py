@@ -9,10 +9,11 @@ Definitions (Agarwal et al. 2021, "Deep RL at the edge of the statistical precip
   statistic on the resampled matrix. The 95 % interval is the 2.5 and 97.5 percentiles of the replicates
   (percentile method). With one task it is the ordinary bootstrap over seeds.
 
-Why not ``rliable``: checked in a scratch virtualenv, ``pip install rliable`` (1.2.0) pulls 22 packages
-(arch, statsmodels, pandas, patsy, formulaic, seaborn, matplotlib, ...) for what is, for these
-statistics, a percentile bootstrap of a trimmed mean; this module implements the same definitions in
-NumPy with an explicit seed, and the tests check them against hand-computed cases.
+The bootstrap is ``scipy.stats.bootstrap`` (scipy ships with jax) with one sample per task column and
+``paired=False``, which resamples each column on its own: exactly the stratified bootstrap above, with the
+percentile method and an explicit seed. ``rliable`` (1.2.0) computes the same statistics but pulls 22
+packages (arch, statsmodels, pandas, seaborn, ...); the tests check ours against hand-computed cases and
+``scipy.stats.trim_mean``.
 """
 
 from __future__ import annotations
@@ -81,13 +82,22 @@ def stratified_bootstrap_ci(scores: np.ndarray, statistic: Statistic = iqm, *, r
         raise ValueError(f"scores must be (runs, tasks) or (runs,), got shape {scores.shape}")
     if not np.isfinite(scores).all():
         raise ValueError("scores contain NaN or inf: drop non-finite runs first (TrainResult.finite)")
-    runs, tasks = scores.shape
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, runs, size=(reps, runs, tasks))  # per replicate, per task column: runs drawn
-    replicates = statistic(np.take_along_axis(scores[None], idx, axis=1))  # (reps,)
-    alpha = 100 * (1 - confidence) / 2
-    low, high = np.percentile(replicates, [alpha, 100 - alpha])
-    return Interval(point=float(statistic(scores[None])[0]), low=float(low), high=float(high))
+    point = float(statistic(scores[None])[0])
+    if scores.shape[0] < 2 or np.ptp(scores, axis=0).max() == 0.0:
+        # One seed, or every task's seeds agree: every replicate equals the data (scipy needs >= 2
+        # observations per sample and warns on degenerate ones).
+        return Interval(point=point, low=point, high=point)
+    from scipy.stats import bootstrap
+
+    def stratified(*columns: np.ndarray, axis: int = -1) -> np.ndarray:
+        # columns: one (..., runs) resample per task -> (..., runs, tasks)
+        return statistic(np.stack([np.moveaxis(c, axis, -1) for c in columns], axis=-1))
+
+    result = bootstrap(tuple(scores.T), stratified, n_resamples=reps, confidence_level=confidence,
+                       method="percentile", paired=False, vectorized=True,
+                       random_state=np.random.default_rng(seed))
+    low, high = result.confidence_interval
+    return Interval(point=point, low=float(low), high=float(high))
 
 
 def results_table(groups: Mapping[str, Mapping[str, np.ndarray]], levels: Sequence[str], *,

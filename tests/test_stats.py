@@ -82,3 +82,20 @@ def test_report_command_on_a_run_directory(tmp_path, capsys):
     assert "| ratio 0.5, learning_rate 0.001 | 100.0 [100.0, 100.0]" in out
     assert "interval 2" in out and (tmp_path / "table.md").read_text().strip() == out.strip()
     assert main(["nonsense"]) == 2
+
+
+def test_scipy_bootstrap_is_the_stratified_bootstrap():
+    # Reference: resample the seeds of each task column independently with NumPy, IQM of each replicate.
+    scores = np.random.default_rng(11).uniform(size=(8, 3)) * np.array([1.0, 0.2, 0.05])
+    rng = np.random.default_rng(0)
+    idx = rng.integers(0, 8, size=(20000, 8, 3))
+    reference = iqm(np.take_along_axis(scores[None], idx, axis=1))
+    ref_low, ref_high = np.percentile(reference, [2.5, 97.5])
+    ci = stratified_bootstrap_ci(scores, iqm, reps=20000, seed=1)
+    assert ci.point == pytest.approx(float(iqm(scores[None])[0]))
+    assert ci.low == pytest.approx(ref_low, abs=0.01) and ci.high == pytest.approx(ref_high, abs=0.01)
+    # Resampling whole rows (seeds shared across tasks) would be another bootstrap: with task B = 1 - task A
+    # every row averages 0.5, so a row bootstrap of the mean has zero width; the stratified one does not.
+    a = np.random.default_rng(4).uniform(size=8)
+    ci = stratified_bootstrap_ci(np.stack([a, 1.0 - a], axis=1), mean, reps=2000)
+    assert ci.point == pytest.approx(0.5) and ci.high - ci.low > 0.1
