@@ -96,7 +96,7 @@ import optax
 from flax import struct
 
 from imaginejax.algos.base import Algorithm, Spec
-from imaginejax.algos.common import (EncodedCritic, StateNormalizer, TwinCritic, adam_init, adam_step, huber,
+from imaginejax.algos.common import (StateNormalizer, TwinCritic, adam_init, adam_step, first_critic_apply, huber,
                                      periodic_polyak_update, polyak_update, td_target, twin_critic_loss)
 from imaginejax.algos.cql import take_action_values
 from imaginejax.algos.networks import LanguageEncoder, MLP, NetConfig
@@ -294,16 +294,6 @@ class ContinuousBCQConfig:
 LOG_STD_RANGE = (-4.0, 15.0)
 
 
-def _join(h: jax.Array, x: jax.Array) -> jax.Array:
-    """h ⊕ x, with h (B, W) broadcast over a candidate axis when x is (B, N, k): -> (..., W + k).
-
-    The language encoding of a state is computed once and shared by all of its candidates.
-    """
-    if x.ndim == h.ndim + 1:
-        h = jnp.broadcast_to(h[..., None, :], x.shape[:-1] + h.shape[-1:])
-    return jnp.concatenate([h, x], axis=-1)
-
-
 class ConditionalVAE(nn.Module):
     """VAE of the behaviour policy, conditioned on o; its encoder and decoder each have a language encoder.
 
@@ -328,13 +318,13 @@ class ConditionalVAE(nn.Module):
 
     def encode(self, obs: jax.Array, action: jax.Array) -> tuple[jax.Array, jax.Array]:
         """obs (B, S+E), action (B, A) -> (μ (B, L), log σ (B, L) clipped to [−4, 15])."""
-        out = self.encoder_head(_join(self.encoder_language(obs), action))
+        out = self.encoder_head(self.encoder_language(obs), action)
         mean, log_std = jnp.split(out, 2, axis=-1)
         return mean, jnp.clip(log_std, *LOG_STD_RANGE)
 
     def decode(self, obs: jax.Array, latent: jax.Array) -> jax.Array:
         """obs (B, S+E), latent (B, L) or (B, N, L) -> actions (B, A) or (B, N, A) in (−1, 1)."""
-        return jnp.tanh(self.decoder_head(_join(self.decoder_language(obs), latent)))
+        return jnp.tanh(self.decoder_head(self.decoder_language(obs), latent))
 
     def __call__(self, obs: jax.Array, action: jax.Array,
                  noise: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
@@ -358,7 +348,7 @@ class Perturbation(nn.Module):
     @nn.compact
     def __call__(self, obs: jax.Array, action: jax.Array, max_perturbation: jax.Array | float) -> jax.Array:
         h = LanguageEncoder(self.net.encoder_width, self.net.encoder_layers)(obs)
-        xi = MLP(self.hidden, action.shape[-1])(_join(h, action))
+        xi = MLP(self.hidden, action.shape[-1])(h, action)
         return jnp.clip(action + max_perturbation * jnp.tanh(xi), -1.0, 1.0)
 
 
@@ -468,12 +458,9 @@ def make_continuous_bcq(spec: Spec, net: NetConfig = NetConfig(),
     vae = ConditionalVAE(net, tuple(config.vae_hidden), spec.action_dim, latent_dim)
     actor = Perturbation(net, tuple(config.perturbation_hidden))
     critic = TwinCritic(critic_net)
-    first_critic = EncodedCritic(critic_net)
-
     def q1(critic_params: dict, obs: jax.Array, action: jax.Array) -> jax.Array:
-        """Q_θ1 alone (half the work of the twin): obs (B, S+E), action (B, A) -> (B,)."""
-        params = jax.tree.map(lambda x: x[0], critic_params["params"]["critics"])
-        return first_critic.apply({"params": params}, obs, action)
+        """Q_θ1 alone (half the work of the twin): obs (B, S+E), action (B, A) -> (B,) or (B, N, A) -> (B, N)."""
+        return first_critic_apply(critic, critic_params, obs, action)
 
     def candidates(vae_params: dict, actor_params: dict, obs: jax.Array, key: jax.Array, num: int,
                    hp: ContinuousBCQHyperparams) -> jax.Array:
@@ -481,10 +468,6 @@ def make_continuous_bcq(spec: Spec, net: NetConfig = NetConfig(),
         z = sample_latent(key, (obs.shape[0], num, latent_dim), hp.latent_clip)
         decoded = vae.apply(vae_params, obs, z, method=ConditionalVAE.decode)
         return actor.apply(actor_params, obs, decoded, hp.max_perturbation)
-
-    def repeated(obs: jax.Array, num: int) -> jax.Array:
-        """(B, D) -> (B·num, D), each row repeated num times in a row."""
-        return jnp.repeat(obs, num, axis=0)
 
     def default_hp(spec_: Spec) -> ContinuousBCQHyperparams:
         f = jnp.float32
@@ -527,8 +510,8 @@ def make_continuous_bcq(spec: Spec, net: NetConfig = NetConfig(),
 
         n = config.target_samples
         next_actions = candidates(vae_params, state.actor_target, next_obs, target_key, n, hp)  # (B, N, A)
-        q_next = critic.apply(state.critic_target, repeated(next_obs, n), next_actions.reshape(b * n, -1))
-        next_value = soft_clipped_double_q(q_next.reshape(2, b, n), hp.lmbda)
+        q_next = critic.apply(state.critic_target, next_obs, next_actions)  # (2, B, N): states encoded once
+        next_value = soft_clipped_double_q(q_next, hp.lmbda)
         target = jax.lax.stop_gradient(td_target(batch.reward, batch.terminal, next_value, hp.gamma))
 
         def critic_loss_fn(params):
@@ -565,7 +548,6 @@ def make_continuous_bcq(spec: Spec, net: NetConfig = NetConfig(),
         obs = hp.normalizer.observation(obs)
         n = config.act_samples
         cands = candidates(state.vae_params, state.actor_params, obs, key, n, hp)  # (B, N, A)
-        q = q1(state.critic_params, repeated(obs, n), cands.reshape(obs.shape[0] * n, -1))
-        return select_by_q(cands, q.reshape(obs.shape[0], n))
+        return select_by_q(cands, q1(state.critic_params, obs, cands))
 
     return Algorithm(name="bcq_continuous", init=init, update=update, act=act, default_hp=default_hp)

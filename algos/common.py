@@ -198,10 +198,13 @@ class StateNormalizer:
 # Continuous critics
 # ---------------------------------------------------------------------------------------------------
 class EncodedCritic(nn.Module):
-    """Q(s, a) = MLP(enc(s ⊕ e) ⊕ a): obs (B, S+E), action (B, A) -> (B,).
+    """Q(s, a) = MLP(enc(s ⊕ e) ⊕ a): obs (B, S+E) with action (B, A) -> (B,), or K actions per state,
+    action (B, K, A) -> (B, K).
 
     The language encoder sees state ⊕ instruction embedding only (BENCHMARK.md §4); the action joins
-    the ReLU head.
+    the ReLU head. With K actions per state the state is encoded once and only the action-dependent
+    part is evaluated per action (:class:`~imaginejax.algos.networks.MLP`'s joined input): the same
+    values as tiling the observation K times, at a fraction of the cost.
     """
 
     config: NetConfig
@@ -209,13 +212,13 @@ class EncodedCritic(nn.Module):
     @nn.compact
     def __call__(self, obs: jax.Array, action: jax.Array) -> jax.Array:
         h = LanguageEncoder(self.config.encoder_width, self.config.encoder_layers)(obs)
-        return MLP(self.config.hidden, 1)(jnp.concatenate([h, action], axis=-1))[..., 0]
+        return MLP(self.config.hidden, 1)(h, action)[..., 0]
 
 
 class TwinCritic(nn.Module):
     """Two independent :class:`EncodedCritic` networks (stacked params, leading axis 2).
 
-    obs (B, S+E), action (B, A) -> (2, B): row i is Q_i(s, a).
+    obs (B, S+E), action (B, A) -> (2, B): row i is Q_i(s, a); action (B, K, A) -> (2, B, K).
     """
 
     config: NetConfig
@@ -242,3 +245,32 @@ class TwinDiscreteCritic(nn.Module):
         twin = nn.vmap(EncodedMLP, variable_axes={"params": 0}, split_rngs={"params": True},
                        in_axes=None, out_axes=0, axis_size=2)
         return twin(self.config, self.num_actions, name="critics")(obs)
+
+
+def first_critic(critic_params: dict) -> dict:
+    """The parameters of Q_θ1 alone from the twin's stacked ones (leading axis 2 dropped): variables of
+    one :class:`EncodedCritic` (from a :class:`TwinCritic`) or one EncodedMLP (from a :class:`TwinDiscreteCritic`)."""
+    return {"params": jax.tree.map(lambda x: x[0], critic_params["params"]["critics"])}
+
+
+def first_critic_apply(critic: TwinCritic | TwinDiscreteCritic, critic_params: dict, *inputs: jax.Array) -> jax.Array:
+    """Q_θ1 alone, for losses that use only the first critic (TD3+BC's actor, BCQ's perturbation and act).
+
+    Evaluating the twin and keeping row 0 would compute Q_θ2 for nothing (and its backward pass); this
+    runs one network, half the work, with the same values.
+
+    Args:
+      critic: the twin module; critic_params: its stacked parameters.
+      inputs: the twin's inputs: (obs (B, S+E), action (B, A) or (B, K, A)) for :class:`TwinCritic`,
+        (obs (B, S+E),) for :class:`TwinDiscreteCritic`.
+
+    Returns:
+      The twin's output without its leading axis: (B,) / (B, K), or (B, n) for discrete critics.
+    """
+    if isinstance(critic, TwinCritic):
+        single: nn.Module = EncodedCritic(critic.config)
+    elif isinstance(critic, TwinDiscreteCritic):
+        single = EncodedMLP(critic.config, critic.num_actions)
+    else:
+        raise ValueError(f"first_critic_apply needs a TwinCritic or TwinDiscreteCritic, got {type(critic).__name__}")
+    return single.apply(first_critic(critic_params), *inputs)

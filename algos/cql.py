@@ -61,6 +61,11 @@ rather than estimating anything at o'. Both halves of the regulariser are functi
 stop-gradient on either (the sampled actions and their log-densities are constants, as in the
 reference, since only the critic is optimised by this loss).
 
+Cost: the critics score the 1 + 3K actions of each row (its own and the proposals) in one pass that
+encodes each observation once (:class:`~imaginejax.algos.common.TwinCritic` with a (N, 1 + 3K, A) action
+tensor; its first head layer's state part is also computed once per row), and the actor's forward pass
+at o serves both its loss and the π(·|o) proposals.
+
 Actor and temperature: L(φ) = E[α_ent log π(ã|o) − min_i Q_θi(o, ã)], L(log α_ent) = −log α_ent ·
 E[log π + H̄]. Learning rates: actor 1e-4, critics 3e-4, temperature 1e-4 (the actor's, as the CQL
 code). The three losses are evaluated at the pre-update parameters and stepped together.
@@ -450,7 +455,8 @@ def continuous_cql_critic_objective(
         L(θ) = Σ_i Σ_n w_td (Q_i(o_n, a_n) − y_n)²  +  Σ_i α' (w · R_i(θ) − τ_gap)
 
     Args:
-      critic_apply: (params, obs (P, S+E), actions (P, A)) -> (C, P), e.g. ``TwinCritic(...).apply``.
+      critic_apply: (params, obs (N, S+E), actions (N, K, A)) -> (C, N, K), K actions scored per
+        observation, e.g. ``TwinCritic(...).apply`` (which encodes each observation once).
       params: critic parameters θ (differentiated).
       obs: (N, S+E) normalised observations; action: (N, A) the rows' actions; target: (N,) y.
       sample_actions: (N, M, A) proposals scored at ``obs``; log_density: (N, M) their log μ.
@@ -464,10 +470,11 @@ def continuous_cql_critic_objective(
     """
     n, m, a_dim = sample_actions.shape
     chex.assert_shape(action, (n, a_dim))
-    obs_all = jnp.concatenate([obs, jnp.repeat(obs, m, axis=0)], axis=0)  # rows n·M + m ↔ (n, m)
-    act_all = jnp.concatenate([action, sample_actions.reshape(n * m, a_dim)], axis=0)
-    q_all = critic_apply(params, obs_all, act_all)  # one forward pass: (C, N + N·M)
-    q_data, q_samples = q_all[:, :n], q_all[:, n:].reshape(q_all.shape[0], n, m)
+    # One forward pass over the 1 + M actions of each row (its own action first); each observation is
+    # encoded once, not tiled M + 1 times.
+    q_all = critic_apply(params, obs, jnp.concatenate([action[:, None, :], sample_actions], axis=1))
+    chex.assert_shape(q_all, (None, n, 1 + m))
+    q_data, q_samples = q_all[..., 0], q_all[..., 1:]  # (C, N), (C, N, M)
     td = jnp.sum(jnp.square(q_data - target[None]) @ weights.td)
     reg, parts = continuous_cql_regularizer(q_samples, log_density, q_data, weights.push_down, weights.push_up)
     weighted_reg = conservative_weight * reg
@@ -502,7 +509,15 @@ def continuous_cql_step(actor: TanhGaussianActor, critic: TwinCritic, state: Con
     k_target, k_samples, k_actor = jax.random.split(key, 3)
     temperature = jnp.exp(state.log_temperature)
 
-    mean, log_std = actor.apply(state.actor_params, obs)
+    # The actor's loss first: its forward pass at o also gives π(·|o) for the proposals (computed once).
+    def actor_loss_fn(params):
+        m, ls = actor.apply(params, obs)
+        pi, log_prob = sample_tanh_gaussian(k_actor, m, ls)
+        q_pi = jnp.min(critic.apply(state.critic_params, obs, pi), axis=0)
+        return sac_actor_loss(q_pi, log_prob, temperature, weights.actor), (log_prob, m, ls)
+
+    (a_loss, (log_prob, mean, log_std)), a_grads = jax.value_and_grad(actor_loss_fn, has_aux=True)(
+        state.actor_params)
     next_mean, next_log_std = actor.apply(state.actor_params, next_obs)
     next_action, next_log_prob = sample_tanh_gaussian(k_target, next_mean, next_log_std)
     q_next = critic.apply(state.critic_target, next_obs, next_action)  # (2, N)
@@ -519,13 +534,6 @@ def continuous_cql_step(actor: TanhGaussianActor, critic: TwinCritic, state: Con
         conservative_weight, jnp.where(lagrange, alpha_prime, 1.0),
         jnp.where(lagrange, hp.target_action_gap, 0.0))
 
-    def actor_loss_fn(params):
-        m, ls = actor.apply(params, obs)
-        pi, log_prob = sample_tanh_gaussian(k_actor, m, ls)
-        q_pi = jnp.min(critic.apply(state.critic_params, obs, pi), axis=0)
-        return sac_actor_loss(q_pi, log_prob, temperature, weights.actor), log_prob
-
-    (a_loss, log_prob), a_grads = jax.value_and_grad(actor_loss_fn, has_aux=True)(state.actor_params)
     t_loss, t_grad = jax.value_and_grad(temperature_loss)(state.log_temperature, log_prob, hp.target_entropy,
                                                          weights.actor)
     gaps = jax.lax.stop_gradient(c_metrics.pop("conservative_per_critic"))

@@ -9,6 +9,9 @@ action of the dataset point nearest to the policy's own (state, action):
     L(φ) = −λ · E_B[ Q_θ1(o, π_φ(o)) ]  +  E_B,A[ (π_φ(o) − â)² ]             β = 2, α = 2.5 (40 HalfCheetah)
 
 The search has no gradient (â is a dataset action); the Q term and λ are TD3+BC's. k = 1 neighbour.
+In code, PRDC's update *is* TD3+BC's (:func:`~imaginejax.algos.td3bc.td3bc_step`,
+:func:`~imaginejax.algos.td3bc_discrete.discrete_td3bc_step`) with the search passed as its
+``bc_target`` hook: one implementation of the TD3 step for both algorithms.
 A large β makes the state part dominate, so â is the action at the nearest dataset state (TD3+BC's BC
 term when the query state is itself a dataset state); a small β lets the policy choose any dataset action
 near its own output: the constraint keeps π(s) close to *some* action the data took at a nearby state,
@@ -77,14 +80,12 @@ import jax.numpy as jnp
 from flax import struct
 
 from imaginejax.algos.base import Algorithm, Spec
-from imaginejax.algos.common import (StateNormalizer, TwinCritic, TwinDiscreteCritic, adam_init, adam_step,
-                                     td_target, twin_critic_loss)
+from imaginejax.algos.common import StateNormalizer, TwinCritic, TwinDiscreteCritic
 from imaginejax.algos.cql import take_action_values
 from imaginejax.algos.neighbors import ConstraintData, Neighbor, nearest_neighbor, rows_as_buffer
 from imaginejax.algos.networks import EncodedMLP, NetConfig
-from imaginejax.algos.td3bc import (TD3BCState, actor_loss, delayed_policy_step, smoothed_target_action,
-                                    with_normalizer)
-from imaginejax.algos.td3bc_discrete import discrete_actor_loss, expected_next_value
+from imaginejax.algos.td3bc import TD3BCState, act_td3bc, init_td3bc_state, td3bc_step, with_normalizer
+from imaginejax.algos.td3bc_discrete import act_categorical, discrete_td3bc_step
 from imaginejax.data.types import Batch, Transitions
 
 __all__ = ["DiscretePRDCHyperparams", "PRDCHyperparams", "bind_datasets", "make_discrete_prdc", "make_prdc",
@@ -205,7 +206,8 @@ def make_prdc(spec: Spec, net: NetConfig = NetConfig(), chunk: int = DEFAULT_CHU
       subset: static; None (default) is the exact search. m searches, per update, m random rows of each
         buffer plus the batch's own rows instead (approximate; see :mod:`imaginejax.algos.neighbors`).
 
-    The state is a :class:`~imaginejax.algos.td3bc.TD3BCState`.
+    The state is a :class:`~imaginejax.algos.td3bc.TD3BCState`; the update is TD3+BC's
+    (:func:`~imaginejax.algos.td3bc.td3bc_step`) with the neighbour's action as the BC target.
     """
     if spec.discrete:
         raise ValueError("make_prdc needs a continuous action space (spec.discrete=False); for discrete "
@@ -222,13 +224,7 @@ def make_prdc(spec: Spec, net: NetConfig = NetConfig(), chunk: int = DEFAULT_CHU
 
     def init(key: jax.Array, spec_: Spec, hp: PRDCHyperparams) -> TD3BCState:
         del hp
-        actor_key, critic_key = jax.random.split(key)
-        obs = jnp.zeros((1, spec_.obs_dim), jnp.float32)
-        actor_params = actor.init(actor_key, obs)
-        critic_params = critic.init(critic_key, obs, jnp.zeros((1, spec_.action_dim), jnp.float32))
-        return TD3BCState(actor_params=actor_params, critic_params=critic_params, actor_target=actor_params,
-                          critic_target=critic_params, actor_opt=adam_init(actor_params),
-                          critic_opt=adam_init(critic_params), step=jnp.zeros((), jnp.int32))
+        return init_td3bc_state(actor, critic, key, spec_)
 
     def update(state: TD3BCState, batch: Batch, key: jax.Array,
                hp: PRDCHyperparams) -> tuple[TD3BCState, dict[str, jax.Array]]:
@@ -241,49 +237,23 @@ def make_prdc(spec: Spec, net: NetConfig = NetConfig(), chunk: int = DEFAULT_CHU
         actor_updated.
         """
         search = _require_search(hp)
-        obs = hp.normalizer.observation(batch.observation)
-        next_obs = hp.normalizer.observation(batch.next_observation)
         search_key = None
         if subset is not None:
             key, search_key = jax.random.split(key)
 
-        noise = jax.random.normal(key, batch.action.shape, jnp.float32)
-        next_action = smoothed_target_action(actor.apply(state.actor_target, next_obs), noise,
-                                             hp.policy_noise, hp.noise_clip)
-        q_next = critic.apply(state.critic_target, next_obs, next_action)  # (2, B)
-        target = jax.lax.stop_gradient(td_target(batch.reward, batch.terminal, jnp.min(q_next, axis=0), hp.gamma))
+        def neighbour_action(pi: jax.Array, rows: Batch) -> tuple[jax.Array, dict[str, jax.Array]]:
+            nn = nearest_neighbor(rows.state, rows.embedding, pi, search, hp.normalizer, hp.beta, chunk=chunk,
+                                  use_real=~jnp.all(rows.imaginary), use_imag=jnp.any(rows.imaginary),
+                                  **_approximate(subset, search_key, rows))
+            return nn.action, {"data_mse": jnp.square(pi - rows.action).mean(), **_neighbor_metrics(nn)}
 
-        def critic_loss_fn(params):
-            q = critic.apply(params, obs, batch.action)
-            return twin_critic_loss(q, target), q
-
-        (c_loss, q_data), c_grads = jax.value_and_grad(critic_loss_fn, has_aux=True)(state.critic_params)
-        critic_params, critic_opt = adam_step(state.critic_params, c_grads, state.critic_opt, hp.critic_lr)
-
-        def actor_loss_fn(params):
-            pi = actor.apply(params, obs)
-            nn = nearest_neighbor(batch.state, batch.embedding, jax.lax.stop_gradient(pi), search, hp.normalizer,
-                                  hp.beta, chunk=chunk, use_real=~jnp.all(batch.imaginary),
-                                  use_imag=jnp.any(batch.imaginary), **_approximate(subset, search_key, batch))
-            loss, metrics = actor_loss(critic.apply(critic_params, obs, pi)[0], pi, nn.action, hp.alpha)
-            metrics["data_mse"] = jnp.square(pi - batch.action).mean()
-            return loss, {**metrics, **_neighbor_metrics(nn)}
-
-        a_grads, a_metrics = jax.grad(actor_loss_fn, has_aux=True)(state.actor_params)
-        new_state, actor_due = delayed_policy_step(state, a_grads, critic_params, critic_opt, hp)
-        metrics = {"loss": c_loss, "critic_loss": c_loss, **a_metrics, "q1_data": q_data[0].mean(),
-                   "target_q": target.mean(), "actor_updated": actor_due.astype(jnp.float32)}
-        return new_state, metrics
+        return td3bc_step(actor, critic, state, batch, key, hp, bc_target=neighbour_action)
 
     def act(state: TD3BCState, obs: jax.Array, key: jax.Array, hp: PRDCHyperparams,
             deterministic: bool = True) -> jax.Array:
         """obs (B, S+E) raw -> (B, A) float32 actions in [-1, 1] (as TD3+BC: π(o), plus clipped noise when
         not deterministic)."""
-        action = actor.apply(state.actor_params, hp.normalizer.observation(obs))
-        if deterministic:
-            return action
-        noise = jax.random.normal(key, action.shape, jnp.float32)
-        return smoothed_target_action(action, noise, hp.policy_noise, hp.noise_clip)
+        return act_td3bc(actor, state.actor_params, obs, key, hp, deterministic)
 
     return Algorithm(name="prdc", init=init, update=update, act=act, default_hp=default_hp,
                      bind_data=bind_datasets)
@@ -299,6 +269,9 @@ def make_discrete_prdc(spec: Spec, net: NetConfig = NetConfig(), chunk: int = DE
       chunk: static, dataset rows per step of the nearest-neighbour search.
       subset: static; None (default) is the exact search; m searches m random rows per buffer and update,
         plus the batch's own rows.
+
+    The update is discrete TD3+BC's (:func:`~imaginejax.algos.td3bc_discrete.discrete_td3bc_step`) with
+    the neighbour's action as the cross-entropy's target.
     """
     if not spec.discrete:
         raise ValueError("make_discrete_prdc needs a discrete action space; for continuous actions use make_prdc")
@@ -315,12 +288,7 @@ def make_discrete_prdc(spec: Spec, net: NetConfig = NetConfig(), chunk: int = DE
 
     def init(key: jax.Array, spec_: Spec, hp: DiscretePRDCHyperparams) -> TD3BCState:
         del hp
-        actor_key, critic_key = jax.random.split(key)
-        obs = jnp.zeros((1, spec_.obs_dim), jnp.float32)
-        actor_params, critic_params = actor.init(actor_key, obs), critic.init(critic_key, obs)
-        return TD3BCState(actor_params=actor_params, critic_params=critic_params, actor_target=actor_params,
-                          critic_target=critic_params, actor_opt=adam_init(actor_params),
-                          critic_opt=adam_init(critic_params), step=jnp.zeros((), jnp.int32))
+        return init_td3bc_state(actor, critic, key, spec_)
 
     def update(state: TD3BCState, batch: Batch, key: jax.Array,
                hp: DiscretePRDCHyperparams) -> tuple[TD3BCState, dict[str, jax.Array]]:
@@ -333,44 +301,22 @@ def make_discrete_prdc(spec: Spec, net: NetConfig = NetConfig(), chunk: int = DE
         target_q, actor_updated.
         """
         search = _require_search(hp)
-        obs = hp.normalizer.observation(batch.observation)
-        next_obs = hp.normalizer.observation(batch.next_observation)
-        next_value = expected_next_value(actor.apply(state.actor_target, next_obs),
-                                         critic.apply(state.critic_target, next_obs))
-        target = jax.lax.stop_gradient(td_target(batch.reward, batch.terminal, next_value, hp.gamma))
 
-        def critic_loss_fn(params):
-            q = jax.vmap(take_action_values, in_axes=(0, None))(critic.apply(params, obs), batch.action)
-            return twin_critic_loss(q, target), q
-
-        (c_loss, q_data), c_grads = jax.value_and_grad(critic_loss_fn, has_aux=True)(state.critic_params)
-        critic_params, critic_opt = adam_step(state.critic_params, c_grads, state.critic_opt, hp.critic_lr)
-        q1 = jax.lax.stop_gradient(critic.apply(critic_params, obs)[0])
-
-        def actor_loss_fn(params):
-            logits = actor.apply(params, obs)
-            probs = jax.lax.stop_gradient(jax.nn.softmax(logits, axis=-1))
-            nn = nearest_neighbor(batch.state, batch.embedding, probs, search, hp.normalizer, hp.beta,
-                                  chunk=chunk, num_actions=num_actions, use_real=~jnp.all(batch.imaginary),
-                                  use_imag=jnp.any(batch.imaginary), **_approximate(subset, key, batch))
-            loss, metrics = discrete_actor_loss(logits, q1, nn.action, hp.alpha)
+        def neighbour_action(logits: jax.Array, rows: Batch) -> tuple[jax.Array, dict[str, jax.Array]]:
+            probs = jax.nn.softmax(logits, axis=-1)
+            nn = nearest_neighbor(rows.state, rows.embedding, probs, search, hp.normalizer, hp.beta,
+                                  chunk=chunk, num_actions=num_actions, use_real=~jnp.all(rows.imaginary),
+                                  use_imag=jnp.any(rows.imaginary), **_approximate(subset, key, rows))
             log_probs = jax.nn.log_softmax(logits, axis=-1)
-            metrics["data_cross_entropy"] = -take_action_values(log_probs, batch.action).mean()
-            return loss, {**metrics, **_neighbor_metrics(nn)}
+            return nn.action, {"data_cross_entropy": -take_action_values(log_probs, rows.action).mean(),
+                               **_neighbor_metrics(nn)}
 
-        a_grads, a_metrics = jax.grad(actor_loss_fn, has_aux=True)(state.actor_params)
-        new_state, actor_due = delayed_policy_step(state, a_grads, critic_params, critic_opt, hp)
-        metrics = {"loss": c_loss, "critic_loss": c_loss, **a_metrics, "q1_data": q_data[0].mean(),
-                   "target_q": target.mean(), "actor_updated": actor_due.astype(jnp.float32)}
-        return new_state, metrics
+        return discrete_td3bc_step(actor, critic, state, batch, hp, bc_target=neighbour_action)
 
     def act(state: TD3BCState, obs: jax.Array, key: jax.Array, hp: DiscretePRDCHyperparams,
             deterministic: bool = True) -> jax.Array:
         """obs (B, S+E) raw -> (B,) int32: argmax_a π(a|o), or a ~ π(·|o)."""
-        logits = actor.apply(state.actor_params, hp.normalizer.observation(obs))
-        if deterministic:
-            return jnp.argmax(logits, axis=-1).astype(jnp.int32)
-        return jax.random.categorical(key, logits).astype(jnp.int32)
+        return act_categorical(actor, state.actor_params, obs, key, hp, deterministic)
 
     return Algorithm(name="prdc_discrete", init=init, update=update, act=act, default_hp=default_hp,
                      bind_data=bind_datasets)

@@ -22,21 +22,28 @@ The skip is a ``jnp.where`` on the traced step counter (:func:`~imaginejax.algos
 on a skipped update the actor's parameters *and* its Adam state are left bit-for-bit unchanged, and
 ``policy_freq`` itself is a traced hyperparameter. Adam, lr 3e-4 for both; batch 256 (an engine setting).
 Acting: a = π_φ(o); when not deterministic, the target-smoothing noise clip(σ_n ε, −c, c) is added.
+
+The update is :func:`td3bc_step`; its ``bc_target`` hook gives the BC term's target from π_φ(o) (no
+gradient) and the batch: the batch's own action here (:func:`dataset_action`), the nearest dataset
+neighbour's in PRDC (:mod:`imaginejax.algos.prdc`), which is otherwise this very update. The actor's
+Q term needs Q_θ1 only, so only the first critic is evaluated there
+(:func:`~imaginejax.algos.common.first_critic_apply`).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import chex
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import optax
 from flax import struct
 
 from imaginejax.algos.base import Algorithm, Spec
-from imaginejax.algos.common import (StateNormalizer, TwinCritic, adam_init, adam_step, masked_step,
-                                     periodic_polyak_update, td_target, twin_critic_loss)
+from imaginejax.algos.common import (StateNormalizer, TwinCritic, adam_init, adam_step, first_critic_apply,
+                                     masked_step, periodic_polyak_update, td_target, twin_critic_loss)
 from imaginejax.algos.networks import EncodedMLP, NetConfig
 from imaginejax.data.types import Batch
 
@@ -154,6 +161,99 @@ def delayed_policy_step(state: TD3BCState, actor_grads: dict, critic_params: dic
                       step=count), actor_due
 
 
+# The behaviour-cloning target of the actor loss: (policy output without gradient, batch) -> (target,
+# extra metrics). Continuous: policy output π_φ(o) (B, A) -> target actions (B, A); discrete: logits
+# z_φ(o) (B, n) -> target action indices (B,). TD3+BC's is the batch's own action (:func:`dataset_action`);
+# PRDC's is the nearest dataset neighbour's (:mod:`imaginejax.algos.prdc`).
+BCTarget = Callable[[jax.Array, Batch], tuple[jax.Array, dict[str, jax.Array]]]
+
+
+def dataset_action(policy_output: jax.Array, batch: Batch) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """TD3+BC's behaviour-cloning target: the batch's own actions (B, A) or (B,), no extra metrics."""
+    del policy_output
+    return batch.action, {}
+
+
+def init_td3bc_state(actor: nn.Module, critic: nn.Module, key: jax.Array, spec: Spec) -> TD3BCState:
+    """A fresh :class:`TD3BCState` (targets = online parameters, zero Adam moments), continuous or discrete.
+
+    Args:
+      actor: obs (1, S+E) -> actions or logits.
+      critic: the twin critics: ``critic(obs, action)`` for continuous ``spec``, ``critic(obs)`` for discrete.
+      key: split into the actor's and the critics' initialisation keys.
+      spec: environment interface.
+    """
+    actor_key, critic_key = jax.random.split(key)
+    obs = jnp.zeros((1, spec.obs_dim), jnp.float32)
+    actor_params = actor.init(actor_key, obs)
+    critic_inputs = (obs,) if spec.discrete else (obs, jnp.zeros((1, spec.action_dim), jnp.float32))
+    critic_params = critic.init(critic_key, *critic_inputs)
+    return TD3BCState(actor_params=actor_params, critic_params=critic_params,
+                      actor_target=actor_params, critic_target=critic_params,
+                      actor_opt=adam_init(actor_params), critic_opt=adam_init(critic_params),
+                      step=jnp.zeros((), jnp.int32))
+
+
+def td3bc_step(actor: EncodedMLP, critic: TwinCritic, state: TD3BCState, batch: Batch, key: jax.Array, hp: Any,
+               bc_target: BCTarget = dataset_action) -> tuple[TD3BCState, dict[str, jax.Array]]:
+    """One TD3+BC update (module docstring) with the behaviour-cloning target given by ``bc_target``.
+
+    Args:
+      actor: the deterministic squashed actor, obs (B, S+E) -> (B, A).
+      critic: the twin critics, (obs (B, S+E), action (B, A)) -> (2, B).
+      state: the state before the update.
+      batch: B rows with raw (un-normalised) states.
+      key: PRNG key of the target-smoothing noise.
+      hp: has ``normalizer``, ``gamma``, ``policy_noise``, ``noise_clip``, ``alpha``, ``critic_lr``,
+        ``actor_lr``, ``policy_freq`` and ``tau``.
+      bc_target: the BC term's target from π_φ(o) (no gradient) and the batch; :func:`dataset_action` is
+        TD3+BC, PRDC passes its nearest-neighbour search.
+
+    Returns:
+      The new state and pre-update metrics: loss (= critic_loss), critic_loss, actor_loss (evaluated every
+      step, applied only on actor steps), lambda, bc_mse (to the BC target), bc_target's own metrics,
+      q1_data, target_q, actor_updated.
+    """
+    obs = hp.normalizer.observation(batch.observation)
+    next_obs = hp.normalizer.observation(batch.next_observation)
+
+    noise = jax.random.normal(key, batch.action.shape, jnp.float32)
+    next_action = smoothed_target_action(actor.apply(state.actor_target, next_obs), noise,
+                                         hp.policy_noise, hp.noise_clip)
+    q_next = critic.apply(state.critic_target, next_obs, next_action)  # (2, B)
+    target = jax.lax.stop_gradient(td_target(batch.reward, batch.terminal, jnp.min(q_next, axis=0), hp.gamma))
+
+    def critic_loss_fn(params):
+        q = critic.apply(params, obs, batch.action)
+        return twin_critic_loss(q, target), q
+
+    (c_loss, q_data), c_grads = jax.value_and_grad(critic_loss_fn, has_aux=True)(state.critic_params)
+    critic_params, critic_opt = adam_step(state.critic_params, c_grads, state.critic_opt, hp.critic_lr)
+
+    def actor_loss_fn(params):
+        pi = actor.apply(params, obs)
+        bc_action, extra = bc_target(jax.lax.stop_gradient(pi), batch)
+        loss, metrics = actor_loss(first_critic_apply(critic, critic_params, obs, pi), pi, bc_action, hp.alpha)
+        return loss, {**metrics, **extra}
+
+    a_grads, a_metrics = jax.grad(actor_loss_fn, has_aux=True)(state.actor_params)
+    new_state, actor_due = delayed_policy_step(state, a_grads, critic_params, critic_opt, hp)
+    metrics = {"loss": c_loss, "critic_loss": c_loss, **a_metrics, "q1_data": q_data[0].mean(),
+               "target_q": target.mean(), "actor_updated": actor_due.astype(jnp.float32)}
+    return new_state, metrics
+
+
+def act_td3bc(actor: EncodedMLP, actor_params: dict, obs: jax.Array, key: jax.Array, hp: Any,
+              deterministic: bool) -> jax.Array:
+    """obs (B, S+E) raw (un-normalised) -> (B, A) float32 actions in [-1, 1]: π(o), plus the clipped
+    target-smoothing noise clip(σ_n ε, −c, c) when not deterministic."""
+    action = actor.apply(actor_params, hp.normalizer.observation(obs))
+    if deterministic:
+        return action
+    noise = jax.random.normal(key, action.shape, jnp.float32)
+    return smoothed_target_action(action, noise, hp.policy_noise, hp.noise_clip)
+
+
 def make_td3bc(spec: Spec, net: NetConfig = NetConfig()) -> Algorithm:
     """Builds TD3+BC for ``spec`` (must be continuous) with static shapes ``net`` for actor and critics.
 
@@ -175,14 +275,7 @@ def make_td3bc(spec: Spec, net: NetConfig = NetConfig()) -> Algorithm:
 
     def init(key: jax.Array, spec_: Spec, hp: TD3BCHyperparams) -> TD3BCState:
         del hp
-        actor_key, critic_key = jax.random.split(key)
-        obs = jnp.zeros((1, spec_.obs_dim), jnp.float32)
-        actor_params = actor.init(actor_key, obs)
-        critic_params = critic.init(critic_key, obs, jnp.zeros((1, spec_.action_dim), jnp.float32))
-        return TD3BCState(actor_params=actor_params, critic_params=critic_params,
-                          actor_target=actor_params, critic_target=critic_params,
-                          actor_opt=adam_init(actor_params), critic_opt=adam_init(critic_params),
-                          step=jnp.zeros((), jnp.int32))
+        return init_td3bc_state(actor, critic, key, spec_)
 
     def update(state: TD3BCState, batch: Batch, key: jax.Array,
                hp: TD3BCHyperparams) -> tuple[TD3BCState, dict[str, jax.Array]]:
@@ -191,41 +284,11 @@ def make_td3bc(spec: Spec, net: NetConfig = NetConfig()) -> Algorithm:
         Metrics (pre-update batch means): loss (= critic_loss), critic_loss, actor_loss (evaluated
         every step, applied only on actor steps), lambda, bc_mse, q1_data, target_q, actor_updated.
         """
-        obs = hp.normalizer.observation(batch.observation)
-        next_obs = jnp.concatenate([hp.normalizer(batch.next_state), batch.embedding], axis=-1)
-
-        noise = jax.random.normal(key, batch.action.shape, jnp.float32)
-        next_action = smoothed_target_action(actor.apply(state.actor_target, next_obs), noise,
-                                             hp.policy_noise, hp.noise_clip)
-        q_next = critic.apply(state.critic_target, next_obs, next_action)  # (2, B)
-        target = jax.lax.stop_gradient(
-            td_target(batch.reward, batch.terminal, jnp.min(q_next, axis=0), hp.gamma))
-
-        def critic_loss_fn(params):
-            q = critic.apply(params, obs, batch.action)
-            return twin_critic_loss(q, target), q
-
-        (c_loss, q_data), c_grads = jax.value_and_grad(critic_loss_fn, has_aux=True)(state.critic_params)
-        critic_params, critic_opt = adam_step(state.critic_params, c_grads, state.critic_opt,
-                                              hp.critic_lr)
-
-        def actor_loss_fn(params):
-            pi = actor.apply(params, obs)
-            return actor_loss(critic.apply(critic_params, obs, pi)[0], pi, batch.action, hp.alpha)
-
-        a_grads, a_metrics = jax.grad(actor_loss_fn, has_aux=True)(state.actor_params)
-        new_state, actor_due = delayed_policy_step(state, a_grads, critic_params, critic_opt, hp)
-        metrics = {"loss": c_loss, "critic_loss": c_loss, **a_metrics, "q1_data": q_data[0].mean(),
-                   "target_q": target.mean(), "actor_updated": actor_due.astype(jnp.float32)}
-        return new_state, metrics
+        return td3bc_step(actor, critic, state, batch, key, hp)
 
     def act(state: TD3BCState, obs: jax.Array, key: jax.Array, hp: TD3BCHyperparams,
             deterministic: bool = True) -> jax.Array:
         """obs (B, S+E) raw (un-normalised) -> (B, A) float32 actions in [-1, 1]."""
-        action = actor.apply(state.actor_params, hp.normalizer.observation(obs))
-        if deterministic:
-            return action
-        noise = jax.random.normal(key, action.shape, jnp.float32)
-        return smoothed_target_action(action, noise, hp.policy_noise, hp.noise_clip)
+        return act_td3bc(actor, state.actor_params, obs, key, hp, deterministic)
 
     return Algorithm(name="td3bc", init=init, update=update, act=act, default_hp=default_hp)

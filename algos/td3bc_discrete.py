@@ -39,9 +39,14 @@ with d = 1 only on true terminations and γ from ``hp``. As in TD3+BC: critic ev
 Polyak targets (τ = 0.005) every ``policy_freq``-th update (traced, masked with ``jnp.where`` so
 skipped updates leave the actor and its Adam state unchanged), Adam 3e-4, states normalised with the
 real buffer's statistics carried in ``hp.normalizer``. Acting: argmax_a π_φ(a|o), or a ~ π_φ(·|o).
+
+The update is :func:`discrete_td3bc_step`, whose ``bc_target`` hook (as in continuous TD3+BC) gives the
+cross-entropy's target action: the batch's own here, the nearest neighbour's in discrete PRDC.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import chex
 import jax
@@ -50,11 +55,12 @@ import optax
 from flax import struct
 
 from imaginejax.algos.base import Algorithm, Spec
-from imaginejax.algos.common import (StateNormalizer, TwinDiscreteCritic, adam_init, adam_step, td_target,
+from imaginejax.algos.common import (StateNormalizer, TwinDiscreteCritic, adam_step, first_critic_apply, td_target,
                                      twin_critic_loss)
 from imaginejax.algos.cql import take_action_values
 from imaginejax.algos.networks import EncodedMLP, NetConfig
-from imaginejax.algos.td3bc import TD3BCState, delayed_policy_step
+from imaginejax.algos.td3bc import (BCTarget, TD3BCState, dataset_action, delayed_policy_step,
+                                    init_td3bc_state)
 from imaginejax.data.types import Batch
 
 
@@ -111,6 +117,60 @@ def discrete_actor_loss(logits: jax.Array, q1: jax.Array, action: jax.Array,
                   "policy_accuracy": (jnp.argmax(logits, -1) == action).mean()}
 
 
+def discrete_td3bc_step(actor: EncodedMLP, critic: TwinDiscreteCritic, state: TD3BCState, batch: Batch, hp: Any,
+                        bc_target: BCTarget = dataset_action) -> tuple[TD3BCState, dict[str, jax.Array]]:
+    """One discrete TD3+BC update (module docstring) with the cross-entropy target given by ``bc_target``.
+
+    Args:
+      actor: the logits network, obs (B, S+E) -> (B, n).
+      critic: the twin Q-networks, obs (B, S+E) -> (2, B, n).
+      state: the state before the update.
+      batch: B rows with raw (un-normalised) states and int actions (B,).
+      hp: has ``normalizer``, ``gamma``, ``alpha``, ``critic_lr``, ``actor_lr``, ``policy_freq``, ``tau``.
+      bc_target: the cross-entropy's target action (B,) int from the actor's logits (no gradient) and the
+        batch; :func:`~imaginejax.algos.td3bc.dataset_action` is discrete TD3+BC, PRDC passes its search.
+
+    Returns:
+      The new state and pre-update metrics: loss (= critic_loss), critic_loss, the actor metrics of
+      :func:`discrete_actor_loss` (evaluated every step, applied only on actor steps), bc_target's own
+      metrics, q1_data, target_q, actor_updated.
+    """
+    obs = hp.normalizer.observation(batch.observation)
+    next_obs = hp.normalizer.observation(batch.next_observation)
+    next_value = expected_next_value(actor.apply(state.actor_target, next_obs),
+                                     critic.apply(state.critic_target, next_obs))
+    target = jax.lax.stop_gradient(td_target(batch.reward, batch.terminal, next_value, hp.gamma))
+
+    def critic_loss_fn(params):
+        q = jax.vmap(take_action_values, in_axes=(0, None))(critic.apply(params, obs), batch.action)
+        return twin_critic_loss(q, target), q
+
+    (c_loss, q_data), c_grads = jax.value_and_grad(critic_loss_fn, has_aux=True)(state.critic_params)
+    critic_params, critic_opt = adam_step(state.critic_params, c_grads, state.critic_opt, hp.critic_lr)
+    q1 = jax.lax.stop_gradient(first_critic_apply(critic, critic_params, obs))
+
+    def actor_loss_fn(params):
+        logits = actor.apply(params, obs)
+        bc_action, extra = bc_target(jax.lax.stop_gradient(logits), batch)
+        loss, metrics = discrete_actor_loss(logits, q1, bc_action, hp.alpha)
+        return loss, {**metrics, **extra}
+
+    a_grads, a_metrics = jax.grad(actor_loss_fn, has_aux=True)(state.actor_params)
+    new_state, actor_due = delayed_policy_step(state, a_grads, critic_params, critic_opt, hp)
+    metrics = {"loss": c_loss, "critic_loss": c_loss, **a_metrics, "q1_data": q_data[0].mean(),
+               "target_q": target.mean(), "actor_updated": actor_due.astype(jnp.float32)}
+    return new_state, metrics
+
+
+def act_categorical(actor: EncodedMLP, actor_params: dict, obs: jax.Array, key: jax.Array, hp: Any,
+                    deterministic: bool) -> jax.Array:
+    """obs (B, S+E) raw -> (B,) int32: argmax_a π(a|o), or a ~ π(·|o) (states normalised with ``hp``)."""
+    logits = actor.apply(actor_params, hp.normalizer.observation(obs))
+    if deterministic:
+        return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+    return jax.random.categorical(key, logits).astype(jnp.int32)
+
+
 def make_discrete_td3bc(spec: Spec, net: NetConfig = NetConfig()) -> Algorithm:
     """Builds discrete TD3+BC for ``spec`` (must be discrete) with static shapes ``net``.
 
@@ -131,13 +191,7 @@ def make_discrete_td3bc(spec: Spec, net: NetConfig = NetConfig()) -> Algorithm:
 
     def init(key: jax.Array, spec_: Spec, hp: DiscreteTD3BCHyperparams) -> TD3BCState:
         del hp
-        actor_key, critic_key = jax.random.split(key)
-        obs = jnp.zeros((1, spec_.obs_dim), jnp.float32)
-        actor_params, critic_params = actor.init(actor_key, obs), critic.init(critic_key, obs)
-        return TD3BCState(actor_params=actor_params, critic_params=critic_params,
-                          actor_target=actor_params, critic_target=critic_params,
-                          actor_opt=adam_init(actor_params), critic_opt=adam_init(critic_params),
-                          step=jnp.zeros((), jnp.int32))
+        return init_td3bc_state(actor, critic, key, spec_)
 
     def update(state: TD3BCState, batch: Batch, key: jax.Array,
                hp: DiscreteTD3BCHyperparams) -> tuple[TD3BCState, dict[str, jax.Array]]:
@@ -147,36 +201,11 @@ def make_discrete_td3bc(spec: Spec, net: NetConfig = NetConfig()) -> Algorithm:
         (evaluated every step, applied only on actor steps), q1_data, target_q, actor_updated.
         """
         del key
-        obs = hp.normalizer.observation(batch.observation)
-        next_obs = jnp.concatenate([hp.normalizer(batch.next_state), batch.embedding], axis=-1)
-        next_value = expected_next_value(actor.apply(state.actor_target, next_obs),
-                                         critic.apply(state.critic_target, next_obs))
-        target = jax.lax.stop_gradient(td_target(batch.reward, batch.terminal, next_value, hp.gamma))
-
-        def critic_loss_fn(params):
-            q = jax.vmap(take_action_values, in_axes=(0, None))(critic.apply(params, obs), batch.action)
-            return twin_critic_loss(q, target), q
-
-        (c_loss, q_data), c_grads = jax.value_and_grad(critic_loss_fn, has_aux=True)(state.critic_params)
-        critic_params, critic_opt = adam_step(state.critic_params, c_grads, state.critic_opt,
-                                              hp.critic_lr)
-        q1 = jax.lax.stop_gradient(critic.apply(critic_params, obs)[0])
-
-        def actor_loss_fn(params):
-            return discrete_actor_loss(actor.apply(params, obs), q1, batch.action, hp.alpha)
-
-        a_grads, a_metrics = jax.grad(actor_loss_fn, has_aux=True)(state.actor_params)
-        new_state, actor_due = delayed_policy_step(state, a_grads, critic_params, critic_opt, hp)
-        metrics = {"loss": c_loss, "critic_loss": c_loss, **a_metrics, "q1_data": q_data[0].mean(),
-                   "target_q": target.mean(), "actor_updated": actor_due.astype(jnp.float32)}
-        return new_state, metrics
+        return discrete_td3bc_step(actor, critic, state, batch, hp)
 
     def act(state: TD3BCState, obs: jax.Array, key: jax.Array, hp: DiscreteTD3BCHyperparams,
             deterministic: bool = True) -> jax.Array:
         """obs (B, S+E) raw -> (B,) int32: argmax_a π(a|o), or a ~ π(·|o)."""
-        logits = actor.apply(state.actor_params, hp.normalizer.observation(obs))
-        if deterministic:
-            return jnp.argmax(logits, axis=-1).astype(jnp.int32)
-        return jax.random.categorical(key, logits).astype(jnp.int32)
+        return act_categorical(actor, state.actor_params, obs, key, hp, deterministic)
 
     return Algorithm(name="td3bc_discrete", init=init, update=update, act=act, default_hp=default_hp)
