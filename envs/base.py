@@ -123,12 +123,20 @@ class TaskEnv:
     """Base of the instruction-following environments (stateless; the level lives in the params).
 
     A subclass sets ``state_dim`` and implements ``state_vector(state)`` and the batched kernels
-    ``reset_to_task_batch(keys, params, task, phrasing=None)``, ``reset_batch(keys, params)`` and
-    ``step_batch(keys, state, action, params)``; its state pytree has fields ``t``, ``task``,
-    ``instruction``, ``done`` and ``success``.
+    ``reset_to_task_batch(keys, params, task, phrasing=None)`` and ``step_batch(keys, state, action,
+    params)`` (``reset_batch`` draws tasks uniformly, salted by ``task_salt``); its state pytree has
+    fields ``t``, ``task``, ``instruction``, ``done`` and ``success``.
     """
 
     state_dim: int
+    # Folded into each reset key to draw the task in :meth:`reset_batch` (each environment keeps its stream).
+    task_salt: int = 0x7A5C
+
+    def reset_batch(self, keys: jax.Array, params: EnvParams) -> tuple[jax.Array, Any]:
+        """Resets B environments with uniformly drawn tasks: keys (B,) → obs (B, S + E), state."""
+        key_task = jax.vmap(lambda k: jax.random.fold_in(k, self.task_salt))(keys)
+        task = jax.vmap(lambda k: jax.random.randint(k, (), 0, params.num_tasks))(key_task)
+        return self.reset_to_task_batch(keys, params, task)
 
     @classmethod
     def obs_dim(cls, params: EnvParams) -> int:

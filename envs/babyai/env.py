@@ -37,12 +37,11 @@ Semantics:
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Final
 
 import chex
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import struct
 
 from imaginejax.envs.base import EnvParams, TaskEnv, make_level_params

@@ -178,12 +178,6 @@ class HalfCheetah(TaskEnv):
         )
         return self.observation_batch(state, params), state
 
-    def reset_batch(self, keys: jax.Array, params: EnvParams) -> tuple[jax.Array, EnvState]:
-        """Resets B environments with uniformly sampled tasks: keys (B,) → obs (B, 18+E), state."""
-        key_task = jax.vmap(lambda k: jax.random.fold_in(k, 0x7A5C))(keys)
-        task = jax.vmap(lambda k: jax.random.randint(k, (), 0, params.num_tasks))(key_task)
-        return self.reset_to_task_batch(keys, params, task)
-
     def step_batch(self, keys: jax.Array, state: EnvState, action: jax.Array, params: EnvParams
                    ) -> tuple[jax.Array, EnvState, jax.Array, jax.Array, dict[str, jax.Array]]:
         """Steps B environments (one physics call for the batch).

@@ -32,12 +32,11 @@ gymnax is not a dependency of the project, and its ``step`` auto-resets, which t
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Final
 
 import chex
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import struct
 
 from imaginejax.envs.base import EnvParams, TaskEnv, make_level_params
@@ -160,12 +159,6 @@ class CLEVRRobot(TaskEnv):
             success=jnp.zeros((batch,), bool),
         )
         return self.observation_batch(state, params), state
-
-    def reset_batch(self, keys: jax.Array, params: EnvParams) -> tuple[jax.Array, EnvState]:
-        """Resets B environments with uniformly sampled tasks: keys (B,) → obs (B, 10+E), state."""
-        key_task = jax.vmap(lambda k: jax.random.fold_in(k, 0x7A5C))(keys)
-        task = jax.vmap(lambda k: jax.random.randint(k, (), 0, params.num_tasks))(key_task)
-        return self.reset_to_task_batch(keys, params, task)
 
     def step_batch(
         self, keys: jax.Array, state: EnvState, action: jax.Array, params: EnvParams

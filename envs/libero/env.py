@@ -163,6 +163,8 @@ class Libero(TaskEnv):
       nthread: MuJoCo C threads (default: all usable CPUs).
     """
 
+    task_salt = 0x11B3
+
     name: Final[str] = ENV_NAME
     state_dim: Final[int] = tasks.STATE_DIM
     action_dim: Final[int] = M.ACTION_DIM
@@ -262,12 +264,6 @@ class Libero(TaskEnv):
                          t=jnp.zeros((batch,), jnp.int32), task=task, instruction=instruction.astype(jnp.int32),
                          done=jnp.zeros((batch,), bool), success=jnp.zeros((batch,), bool))
         return self.observation_batch(state, params), state
-
-    def reset_batch(self, keys: jax.Array, params: EnvParams) -> tuple[jax.Array, EnvState]:
-        """Resets B environments with uniformly drawn tasks: keys (B,) → obs (B, 44+E), state."""
-        key_task = jax.vmap(lambda k: jax.random.fold_in(k, 0x11B3))(keys)
-        task = jax.vmap(lambda k: jax.random.randint(k, (), 0, params.num_tasks))(key_task)
-        return self.reset_to_task_batch(keys, params, task)
 
     def step_batch(self, keys: jax.Array, state: EnvState, action: jax.Array, params: EnvParams
                    ) -> tuple[jax.Array, EnvState, jax.Array, jax.Array, dict[str, jax.Array]]:

@@ -138,6 +138,8 @@ class MetaWorld(TaskEnv):
       ValueError: unknown backend or task name; ``tasks`` with the MuJoCo C backend.
     """
 
+    task_salt = 0x3E7A
+
     name: Final[str] = ENV_NAME
     state_dim: Final[int] = tasks.STATE_DIM
     action_dim: Final[int] = 4
@@ -258,12 +260,6 @@ class MetaWorld(TaskEnv):
                          t=jnp.zeros((batch,), jnp.int32), task=task, instruction=instruction.astype(jnp.int32),
                          done=jnp.zeros((batch,), bool), success=jnp.zeros((batch,), bool))
         return self.observation_batch(state, params), state
-
-    def reset_batch(self, keys: jax.Array, params: EnvParams) -> tuple[jax.Array, EnvState]:
-        """Resets B environments with uniformly drawn tasks: keys (B,) → obs (B, 91+E), state."""
-        key_task = jax.vmap(lambda k: jax.random.fold_in(k, 0x3E7A))(keys)
-        task = jax.vmap(lambda k: jax.random.randint(k, (), 0, params.num_tasks))(key_task)
-        return self.reset_to_task_batch(keys, params, task)
 
     def step_batch(self, keys: jax.Array, state: EnvState, action: jax.Array, params: EnvParams
                    ) -> tuple[jax.Array, EnvState, jax.Array, jax.Array, dict[str, jax.Array]]:
