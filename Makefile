@@ -55,9 +55,13 @@ demo: $(VENV)/.installed
 	$(VENV)/bin/python -m imaginejax.demo
 
 test: $(VENV)/.installed $(REF_VENV)/.installed $(MW_VENV)/.installed
-	IMAGINEJAX_REF_PYTHON=$(abspath $(REF_VENV))/bin/python \
-	IMAGINEJAX_METAWORLD_PYTHON=$(abspath $(MW_VENV))/bin/python \
-	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+	# Two pytest processes (test files a-l, then m-z): one process for the whole suite accumulated
+	# hundreds of compiled XLA programs (MJX scenes, Llama, every algorithm) and once crashed XLA late in
+	# the run; each half also clears JAX's caches after every module (tests/conftest.py).
+	export IMAGINEJAX_REF_PYTHON=$(abspath $(REF_VENV))/bin/python \
+	IMAGINEJAX_METAWORLD_PYTHON=$(abspath $(MW_VENV))/bin/python; \
+	$(VENV)/bin/python -m pytest $(PYTEST_ARGS) tests/test_[a-l]*.py && \
+	$(VENV)/bin/python -m pytest $(PYTEST_ARGS) tests/test_[m-z]*.py
 
 test-fast: $(VENV)/.installed
 	$(VENV)/bin/python -m pytest -m "not slow" $(PYTEST_ARGS)
