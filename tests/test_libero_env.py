@@ -189,5 +189,5 @@ def test_contract_frozen_rows_and_params(env: Libero) -> None:
     with pytest.raises(ValueError, match="action must have shape"):
         env.step_batch(jax.random.split(jax.random.key(0), 1), jax.tree.map(lambda x: x[None], state), jnp.zeros((1, 6)),
                        params)
-    with pytest.raises(ValueError, match="backend"):
-        Libero(backend="mjx")
+    with pytest.raises(ValueError, match="valid backends"):
+        Libero(backend="mjx-gpu")

@@ -12,8 +12,14 @@ Physics: one MJCF (:mod:`.model`), MuJoCo C on the host through the generic batc
 (:mod:`imaginejax.envs.mujoco_host`, one ``mujoco.rollout`` call per step for the whole batch, reached from
 ``jit`` through ``jax.pure_callback``); the state travels as float32 ``hi + lo`` pairs of MuJoCo's float64
 FULLPHYSICS vector. Everything else — the reset distribution, the delta-pose controller, the 44-d state,
-predicates and rewards — is JAX. (``backend="mjx"`` is not implemented yet; the scene uses only
-MJX-supported collision pairs.)
+predicates and rewards — is JAX. Backends (``Libero(backend=...)``, :func:`mujoco_host.resolve_backend`):
+
+* ``"mujoco"``: MuJoCo C on host threads as above (float64 physics);
+* ``"mjx"``: the same MJCF on ``mujoco.mjx`` (:mod:`.mjx_backend`), the whole step and reset pure JAX in
+  float32; the state keeps its fields and layouts (``hi`` = the float32 FULLPHYSICS vector, ``lo`` = 0), so
+  tasks, experts and collection are unchanged. On a CPU MJX is far slower than MuJoCo C
+  (experiments/benchmarks/libero_env_steps.py); agreement of the two: tests/test_libero_mjx.py;
+* ``"auto"``: MJX on a GPU/TPU, MuJoCo C on a CPU.
 
 Semantics:
 
@@ -44,7 +50,8 @@ from flax import struct
 from imaginejax.envs.base import EnvParams, TaskEnv, make_level_params
 from imaginejax.envs.libero import model as M
 from imaginejax.envs.libero import tasks
-from imaginejax.envs.mujoco_host import HostStepper, host_step, state_layout
+from imaginejax.envs.libero.mjx_backend import MjxPhysics, physics_layout
+from imaginejax.envs.mujoco_host import BACKENDS, HostStepper, host_step, resolve_backend
 
 __all__ = ["EnvState", "Libero", "get_stepper", "make_params"]
 
@@ -64,7 +71,8 @@ class EnvState:
     """Environment state; every field gets a leading (B,) axis in the batched kernels.
 
     Attributes:
-      hi, lo: (S,) float32 MuJoCo FULLPHYSICS state as ``hi + lo`` (:func:`mujoco_host.split64`).
+      hi, lo: (S,) float32 MuJoCo FULLPHYSICS state (S = 71: time, qpos, qvel) as ``hi + lo``
+        (:func:`mujoco_host.split64`); with backend "mjx" ``hi`` is MJX's float32 state and ``lo`` is 0.
       ctrl: (9,) float32 servo targets in force (7 joints, 2 fingers).
       vec: (44,) float32 the state vector.
       progress: :class:`tasks.Progress` (first state, stage).
@@ -156,11 +164,13 @@ def sample_layout(key: jax.Array, goal: jax.Array, tries: int) -> tuple[jax.Arra
 
 
 class Libero(TaskEnv):
-    """LIBERO-style tabletop on MuJoCo C (see the module docstring). Stateless; the level lives in the params.
+    """LIBERO-style tabletop on MuJoCo C or MJX (see the module docstring). Stateless; the level lives in the params.
 
     Args:
-      backend: "mujoco" (MuJoCo C on the host) or "auto" (the same on every device for now).
-      nthread: MuJoCo C threads (default: all usable CPUs).
+      backend: "auto" (MJX on a GPU/TPU, MuJoCo C on a CPU), "mujoco" (MuJoCo C on the host) or "mjx".
+      nthread: MuJoCo C threads (default: all usable CPUs; unused by MJX).
+    Raises:
+      ValueError: an unknown backend (the valid ones are named) or ``nthread < 1``.
     """
 
     task_salt = 0x11B3
@@ -181,13 +191,13 @@ class Libero(TaskEnv):
     update_progress = staticmethod(tasks.update_progress)
 
     def __init__(self, backend: str = "auto", nthread: int | None = None) -> None:
-        if backend not in ("auto", "mujoco"):
-            raise ValueError(f"unknown or unavailable physics backend {backend!r} for LIBERO; valid: 'auto', "
-                             "'mujoco' (the MJX backend is not implemented yet)")
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown physics backend {backend!r} for LIBERO; valid backends: {', '.join(BACKENDS)}")
         if nthread is not None and nthread < 1:
             raise ValueError(f"nthread must be >= 1 or None, got {nthread}")
-        self.backend = "mujoco"
+        self.backend = resolve_backend(backend)
         self.nthread = nthread
+        self._mjx: MjxPhysics | None = None
 
     def __repr__(self) -> str:
         return f"Libero(backend={self.backend!r}, nthread={self.nthread})"
@@ -196,6 +206,15 @@ class Libero(TaskEnv):
     def stepper(self) -> HostStepper:
         """The process-wide MuJoCo C stepper (built on first use)."""
         return get_stepper(self.nthread)
+
+    @property
+    def mjx(self) -> MjxPhysics:
+        """The scene on MJX (backend "mjx"; built on first use)."""
+        if self.backend != "mjx":
+            raise ValueError(f"this environment uses backend {self.backend!r}; Libero(backend='mjx') has MJX")
+        if self._mjx is None:
+            self._mjx = MjxPhysics()
+        return self._mjx
 
     @staticmethod
     def instructions(level: str) -> tuple[str, ...]:
@@ -213,20 +232,23 @@ class Libero(TaskEnv):
         return state.vec
 
     # ------------------------------------------------------------------ physics
-    def _qpos(self, hi: jax.Array) -> jax.Array:
-        sl = state_layout(self.stepper.models[0])["qpos"]
-        return hi[..., sl]
+    @staticmethod
+    def _qpos(hi: jax.Array) -> jax.Array:
+        return hi[..., physics_layout()[0]["qpos"]]
 
-    def physics_from_qpos(self, qpos: jax.Array) -> tuple[jax.Array, jax.Array]:
-        """FULLPHYSICS (hi, lo) (B, S) of qpos (B, 37) with zero velocities and time."""
-        stepper = self.stepper
-        sl = state_layout(stepper.models[0])["qpos"]
-        hi = jnp.zeros(qpos.shape[:-1] + (stepper.state_width,), jnp.float32).at[..., sl].set(qpos)
+    @staticmethod
+    def physics_from_qpos(qpos: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """FULLPHYSICS (hi, lo) (B, S) of qpos (B, 37) with zero velocities and time (both backends' layout)."""
+        layout, width = physics_layout()
+        hi = jnp.zeros(qpos.shape[:-1] + (width,), jnp.float32).at[..., layout["qpos"]].set(qpos)
         return hi, jnp.zeros_like(hi)
 
     def _advance(self, hi: jax.Array, lo: jax.Array, ctrl: jax.Array, active: jax.Array
                  ) -> tuple[jax.Array, jax.Array]:
-        """One environment step of the active rows (inactive rows are not simulated and stay unchanged)."""
+        """One environment step of the active rows (inactive rows are not simulated on the host and stay
+        unchanged; MJX computes them under ``vmap`` and keeps the old values)."""
+        if self.backend == "mjx":
+            return self.mjx.step(hi + lo, ctrl, active), jnp.zeros_like(lo)
         control = jnp.where(active[:, None], ctrl, jnp.nan)
         new_hi, new_lo, _ = host_step(self.stepper, hi, lo, control)
         keep = active[:, None]
@@ -267,7 +289,7 @@ class Libero(TaskEnv):
 
     def step_batch(self, keys: jax.Array, state: EnvState, action: jax.Array, params: EnvParams
                    ) -> tuple[jax.Array, EnvState, jax.Array, jax.Array, dict[str, jax.Array]]:
-        """Steps B environments (one host call for the batch).
+        """Steps B environments (MuJoCo C: one host call for the batch; MJX: pure JAX).
 
         Args:
           keys: (B,) PRNG keys (unused: deterministic physics; kept for the gymnax signature).

@@ -1,8 +1,9 @@
-"""LIBERO-style env-step throughput: the port on MuJoCo C (reached from jit) against the same MJCF stepped by
-MuJoCo C in a plain Python loop, in the same run.
+"""LIBERO-style env-step throughput per physics backend — the port on MuJoCo C (reached from jit) and on MJX —
+against the same MJCF stepped by MuJoCo C in a plain Python loop, in the same run.
 
     python experiments/benchmarks/libero_env_steps.py [--batches 1 256 1024] [--steps 20] [--repeats 3]
-                                                       [--threads N] [--out results/benchmarks/libero_env_steps]
+        [--threads N] [--mjx-steps 5] [--mjx-large-steps 1] [--mjx-timeout 900]
+        [--out results/benchmarks/libero_env_steps]
 
 One env step of the port = the 7-d action → the JAX delta-pose controller (Jacobian, damped least squares)
 → 20 MuJoCo steps of 2.5 ms for every live row in one ``mujoco.rollout`` call → 44-d state (JAX forward
@@ -10,14 +11,23 @@ kinematics), predicates and shaped reward. Rows mix the six train tasks; actions
 [-1, 1] (rarely successful, so rows stay live).
 
 * **port, jit(scan)**: ``lax.scan`` of ``--steps`` calls of ``env.step_batch`` inside one ``jit``, started from
-  a reset state; compile time reported separately; throughput = B · steps / median wall time of ``--repeats``
-  calls after compilation.
+  a reset state; "compile" = wall time of the first call (compilation plus one run); throughput =
+  B · steps / median wall time of ``--repeats`` calls after compilation.
 * **MuJoCo C, Python loop**: the same compiled ``MjModel``, one ``MjData`` per row, ``mj_step`` × 20 per env step
   with random servo targets held, in a plain single-threaded Python loop (no controller, no state vector,
   no reward: the physics alone). For B >= 256 the loop runs fewer steps (at least 2) to bound the time.
+* **MJX, jit(scan)**: the same ``lax.scan`` with ``Libero(backend="mjx")`` (float32, pure JAX on the default
+  device). Each batch size runs in its own subprocess under a wall-clock limit (``--mjx-timeout``), because
+  on a CPU MJX is slow to compile and may run out of memory at large batch; a row that times out or fails
+  is recorded as such. ``--mjx-steps`` env steps per call at B = 1, ``--mjx-large-steps`` at B >= 256, one
+  timed call after the compiling one (``--repeats`` at B = 1).
+* **contacts**: MJX's candidate geom pairs (checked every MuJoCo step whatever the state), the contact slots
+  it allocates, and on one reset state (the arm over the objects, objects on the floor) the active MJX
+  contacts and MuJoCo C's ``ncon``.
 
-The MJX backend is not implemented yet (no MJX column). The table is printed as markdown and written to
-``<out>.md`` / ``<out>.json``. Run it on a quiet machine: the numbers are wall-clock.
+The ratio columns divide by the Python loop at the same batch. The table is printed as markdown and written to
+``<out>.md`` / ``<out>.json``, with the load average before and after. Run it on a quiet machine: the numbers
+are wall-clock.
 """
 
 from __future__ import annotations
@@ -27,6 +37,8 @@ import json
 import os
 import platform
 import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -41,9 +53,10 @@ from imaginejax.envs.libero.env import Libero, make_params
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-def bench_port(batch: int, steps: int, repeats: int, nthread: int | None) -> dict[str, float]:
-    """Env steps/s of ``env.step_batch`` in ``jit(lax.scan)`` at batch ``batch``."""
-    env = Libero(backend="mujoco", nthread=nthread)
+def bench_port(batch: int, steps: int, repeats: int, nthread: int | None, backend: str = "mujoco"
+               ) -> dict[str, float]:
+    """Env steps/s of ``env.step_batch`` in ``jit(lax.scan)`` at batch ``batch`` on ``backend``."""
+    env = Libero(backend=backend, nthread=nthread)
     params = make_params("train", embed=False)
     keys = jax.random.split(jax.random.key(0), batch)
     _, state = jax.jit(env.reset_to_task_batch)(keys, params, jnp.arange(batch) % params.num_tasks)
@@ -94,30 +107,93 @@ def bench_python_loop(batch: int, steps: int) -> dict[str, float]:
     return {"steps_per_s": batch * steps / (time.perf_counter() - start)}
 
 
+def contact_stats() -> dict[str, int]:
+    """MJX candidate pairs / contact slots and active contacts on one reset state (both backends)."""
+    env = Libero(backend="mjx")
+    params = make_params("train", embed=False)
+    _, state = Libero(backend="mujoco", nthread=1).reset_to_task_batch(jax.random.split(jax.random.key(0), 1), params,
+                                                                       jnp.zeros(1, jnp.int32))
+    return env.mjx.contact_stats(np.asarray(state.hi + state.lo)[0], np.asarray(state.ctrl)[0])
+
+
+def run_mjx_subprocess(batch: int, steps: int, repeats: int, limit: float) -> dict[str, object]:
+    """:func:`bench_port` on MJX in a subprocess with a wall-clock limit; the outcome is recorded either way."""
+    cmd = [sys.executable, __file__, "--mjx-one", str(batch), "--steps", str(steps), "--repeats", str(repeats)]
+    start = time.perf_counter()
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=limit)
+    except subprocess.TimeoutExpired:
+        return {"status": f"timeout after {limit:.0f} s", "steps": steps}
+    if out.returncode != 0:
+        tail = (out.stderr.strip().splitlines() or ["?"])[-1][:200]
+        return {"status": f"failed (exit {out.returncode}): {tail}", "steps": steps,
+                "wall_s": time.perf_counter() - start}
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    return {"status": "ok", "steps": steps, **result}
+
+
+def _fmt(x: object, spec: str) -> str:
+    return format(x, spec) if isinstance(x, (int, float)) else "–"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 256, 1024])
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=None, help="MuJoCo C threads of the port (default: all)")
+    parser.add_argument("--mjx-steps", type=int, default=5, help="MJX env steps per call at batch 1")
+    parser.add_argument("--mjx-large-steps", type=int, default=1, help="MJX env steps per call at batch >= 256")
+    parser.add_argument("--mjx-timeout", type=float, default=900.0, help="wall-clock limit (s) of one MJX batch size")
+    parser.add_argument("--no-mjx", action="store_true", help="skip the MJX column")
+    parser.add_argument("--mjx-one", type=int, default=None, help=argparse.SUPPRESS)  # subprocess mode
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "results" / "benchmarks" / "libero_env_steps")
     args = parser.parse_args()
+    if args.mjx_one is not None:
+        print(json.dumps(bench_port(args.mjx_one, args.steps, args.repeats, None, backend="mjx")), flush=True)
+        return
+    load_before = os.getloadavg()
     rows = []
     for batch in args.batches:
         port = bench_port(batch, args.steps, args.repeats, args.threads)
         loop_steps = args.steps if batch < 256 else max(2, args.steps * 64 // batch)
         loop = bench_python_loop(batch, loop_steps)
-        rows.append({"batch": batch, "port_steps_per_s": port["steps_per_s"], "port_compile_s": port["compile_s"],
-                     "python_loop_steps_per_s": loop["steps_per_s"]})
+        row = {"batch": batch, "port_steps_per_s": port["steps_per_s"], "port_compile_s": port["compile_s"],
+               "python_loop_steps_per_s": loop["steps_per_s"], "python_loop_steps": loop_steps}
         print(f"B={batch}: port {port['steps_per_s']:.0f} steps/s (compile {port['compile_s']:.1f} s), "
               f"MuJoCo C Python loop {loop['steps_per_s']:.0f} steps/s", flush=True)
+        if not args.no_mjx:
+            small = batch < 256
+            m = run_mjx_subprocess(batch, args.mjx_steps if small else args.mjx_large_steps,
+                                   args.repeats if small else 1, args.mjx_timeout)
+            row.update({f"mjx_{k}": v for k, v in m.items()})
+            print(f"B={batch}: MJX {m}", flush=True)
+        rows.append(row)
+    contacts = {} if args.no_mjx else contact_stats()
     meta = {"machine": platform.platform(), "cpus": len(os.sched_getaffinity(0)), "jax": jax.__version__,
-            "mujoco": mujoco.__version__, "steps": args.steps, "repeats": args.repeats, "threads": args.threads,
+            "jax_backend": jax.default_backend(), "mujoco": mujoco.__version__, "steps": args.steps,
+            "repeats": args.repeats, "threads": args.threads, "mjx_steps": args.mjx_steps,
+            "mjx_large_steps": args.mjx_large_steps, "mjx_timeout_s": args.mjx_timeout,
+            "load_average_before": load_before, "load_average_after": os.getloadavg(), "contacts": contacts,
             "note": "port: controller + 20 physics steps + 44-d state + reward per env step; loop: physics only"}
-    lines = ["| batch | port, jit(scan) (env steps/s) | compile (s) | MuJoCo C Python loop (env steps/s) |",
-             "|---:|---:|---:|---:|"]
-    lines += [f"| {r['batch']} | {r['port_steps_per_s']:.0f} | {r['port_compile_s']:.1f} | "
-              f"{r['python_loop_steps_per_s']:.0f} |" for r in rows]
+    lines = ["| batch | MuJoCo C from jit(scan) (env steps/s) | compile (s) | MJX jit(scan) (env steps/s) | "
+             "MJX compile (s) | MuJoCo C Python loop (env steps/s) | MuJoCo C jit / loop | MJX / loop |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        mjx_rate = r.get("mjx_steps_per_s")
+        mjx_cell = _fmt(mjx_rate, ".1f") if mjx_rate is not None else str(r.get("mjx_status", "not run"))
+        lines.append(f"| {r['batch']} | {r['port_steps_per_s']:.0f} | {r['port_compile_s']:.1f} | {mjx_cell} | "
+                     f"{_fmt(r.get('mjx_compile_s'), '.0f')} | {r['python_loop_steps_per_s']:.0f} | "
+                     f"{r['port_steps_per_s'] / r['python_loop_steps_per_s']:.2f} | "
+                     f"{_fmt(mjx_rate / r['python_loop_steps_per_s'] if mjx_rate else None, '.4f')} |")
+    lines.append("")
+    lines.append(f"Load average (1, 5, 15 min) before: {', '.join(f'{x:.2f}' for x in load_before)}; after: "
+                 f"{', '.join(f'{x:.2f}' for x in meta['load_average_after'])}. {meta['cpus']} CPUs, "
+                 f"jax {jax.__version__} ({jax.default_backend()}), mujoco {mujoco.__version__}.")
+    if contacts:
+        lines.append(f"MJX contacts: {contacts['candidate_pairs']} candidate geom pairs, {contacts['mjx_contacts']} "
+                     f"contact slots per step; on a reset state {contacts['active_mjx']} active (MuJoCo C ncon "
+                     f"{contacts['mujoco_ncon']}).")
     table = "\n".join(lines)
     print(table)
     args.out.parent.mkdir(parents=True, exist_ok=True)
