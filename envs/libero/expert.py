@@ -4,12 +4,15 @@ progress (first state, stage).
 One memoryless controller moves the current sub-goal's object (:func:`tasks.current_subgoal`) to a target
 point; its phase is read off the state:
 
-* **approach**: gripper open, hand pointing down and turned to the object's faces (yaw modulo π/2 for the
-  square-section can and bottle, modulo π for the cheese box so the fingers close across its short side);
+* **approach**: gripper open, hand pointing down and turned to a grasp (:func:`_grasp_choice`: square to the
+  faces of the can and the bottle, across the cheese box's short side, centred or shifted along its long axis,
+  whichever keeps the palm clear of the neighbours; the turn that keeps the last joint inside its limits);
   rise first if low and off the object, then hover above it, then descend until the fingertips are at the
-  object's centre;
-* **close**: at the grasp pose, close the gripper until the fingers rest on the object;
-* **carry**: holding it (near the fingertips, fingers closed on its width), lift to a height that clears the
+  grasp point;
+* **close**: at the grasp pose, close the gripper until the fingers rest on the object, centred on it before
+  rising;
+* **carry**: holding it (near the fingertips, fingers closed on its width; the hand keeps its grasp angle
+  while rising), lift to a height that clears the
   bottle and the basket walls, move over the target, descend, and open the gripper at the release height.
 
 Targets: reach — the object; pick — 0.1 above its resting height; basket — the object's slot in the basket
@@ -40,8 +43,20 @@ POS_GAIN = 0.9   # fraction of the remaining error commanded per step
 ROT_GAIN = 0.8
 HOVER = 0.08     # tcp above the top of the object while hovering
 XY_TOL = 0.004   # xy alignment before descending
-HOLD_TOL = 0.04  # grasp point within this of the tcp (and fingers closed on it): holding
+HOLD_TOL = 0.04  # centred grasp point within this of the tcp (and fingers closed on it): holding ...
 YAW_TOL = 0.08
+Q7_SAFE = 2.4   # |last joint| a turn of the hand may lead to (its limits are ±2.90)
+PALM_HALF = (0.03, 0.095)  # the palm's half footprint (hand x, hand y = the fingers' axis)
+PALM_DZ = 0.047            # the palm's underside above the fingertip centre
+PALM_GAP = 0.008           # clearance the palm keeps from neighbours at a grasp
+GRASP_SHIFT = 0.03         # off-centre grasp of the cheese box along its long axis
+# grasp candidates: hand yaw relative to the object's, shift along its x axis; which apply to which object
+_GRASP_YAW = (0.0, np.pi / 2, 0.0, 0.0)
+_GRASP_SHIFT = (0.0, 0.0, -GRASP_SHIFT, GRASP_SHIFT)
+_GRASP_VALID = np.array([[True, True, False, False], [True, False, True, True], [True, True, False, False]])
+# ... plus the largest shift of the object's grasps
+_HOLD_TOL = np.array([HOLD_TOL + GRASP_SHIFT * np.any(_GRASP_VALID[k] & (np.asarray(_GRASP_SHIFT) != 0))
+                      for k in range(3)], np.float32)
 CARRY_CLEARANCE = 0.24  # bottom of a carried object above the floor while travelling
 TRANSIT_Z = 0.24        # the empty hand travels at least this high (clears the bottle and the basket)
 CARRY_SPEED = 0.5       # action bound while holding (0.025 m per step): faster lifts let the object slip
@@ -57,10 +72,76 @@ def _wrap(x: jax.Array) -> jax.Array:
     return (x + np.pi) % (2 * np.pi) - np.pi
 
 
-def _target_yaw(hand_yaw: jax.Array, obj_yaw: jax.Array, period: jax.Array) -> jax.Array:
-    """The object's yaw plus the multiple of ``period`` closest to the hand's yaw."""
-    k = jnp.round((hand_yaw - obj_yaw) / period)
-    return obj_yaw + k * period
+def _target_yaw(hand_yaw: jax.Array, obj_yaw: jax.Array, period: jax.Array, q7: jax.Array) -> jax.Array:
+    """The object's yaw plus the multiple of ``period`` closest to the hand's yaw whose turn keeps the last
+    joint ``q7`` within :data:`Q7_SAFE` (the hand's yaw falls as ``q7`` rises, one for one). All (...)."""
+    k = jnp.round((hand_yaw - obj_yaw) / period)[..., None] + jnp.asarray([0.0, -1.0, 1.0, -2.0, 2.0])
+    cand = obj_yaw[..., None] + k * period[..., None]
+    turn = cand - hand_yaw[..., None]
+    cost = jnp.abs(turn) + 10.0 * (jnp.abs(q7[..., None] - turn) > Q7_SAFE)
+    return jnp.take_along_axis(cand, jnp.argmin(cost, axis=-1)[..., None], axis=-1)[..., 0]
+
+
+def _rect_gap(c1: jax.Array, h1: jax.Array, a1: jax.Array, c2: jax.Array, h2: jax.Array, a2: jax.Array
+              ) -> jax.Array:
+    """Signed gap between two rectangles in the plane (separating-axis test; < 0: they overlap): centres
+    (..., 2), half sizes (..., 2), yaws (...) → (...)."""
+    def frame(a):
+        return jnp.stack([jnp.cos(a), jnp.sin(a)], -1), jnp.stack([-jnp.sin(a), jnp.cos(a)], -1)
+
+    a1, a2 = jnp.broadcast_arrays(a1, a2)
+    u1, v1 = frame(a1)
+    u2, v2 = frame(a2)
+    axes = jnp.stack([u1, v1, u2, v2], -2)  # (..., 4, 2)
+
+    def radius(h, u, v):
+        return h[..., None, 0] * jnp.abs(jnp.sum(u[..., None, :] * axes, -1)) + h[..., None, 1] * jnp.abs(
+            jnp.sum(v[..., None, :] * axes, -1))
+
+    dist = jnp.abs(jnp.sum((c2 - c1)[..., None, :] * axes, -1))
+    return jnp.max(dist - radius(h1, u1, v1) - radius(h2, u2, v2), axis=-1)
+
+
+def _grasp_choice(state: jax.Array, obj: jax.Array, hand_yaw: jax.Array, q7: jax.Array
+                  ) -> tuple[jax.Array, jax.Array]:
+    """The grasp of object ``obj`` (...): hand yaw (...) and grasp point (..., 3).
+
+    Candidates: the two hand orientations (modulo π) square to the faces of the can and the bottle, the one
+    across the cheese box's short side with the grasp point at its centre or :data:`GRASP_SHIFT` along its long
+    axis. The palm (0.06 × 0.19) must clear, by :data:`PALM_GAP`, every neighbour taller than its underside at
+    the grasp (the other objects; the basket unless the object is in it); among those that do, the smallest
+    (joint-safe) turn of the hand, centred grasps first; if none does, the widest gap."""
+    center = object_pos(state, obj)
+    obj_yaw = M.yaw_of(object_quat(state, obj))
+    yaw_off = jnp.asarray(_GRASP_YAW, jnp.float32)      # (C,)
+    shift = jnp.asarray(_GRASP_SHIFT, jnp.float32)      # (C,)
+    valid = jnp.asarray(_GRASP_VALID)[obj]               # (..., C)
+    yaws = _target_yaw(hand_yaw[..., None], obj_yaw[..., None] + yaw_off, jnp.full_like(yaw_off, np.pi),
+                       q7[..., None])                  # (..., C)
+    axis = jnp.stack([jnp.cos(obj_yaw), jnp.sin(obj_yaw)], -1)
+    xy = center[..., None, :2] + shift[:, None] * axis[..., None, :]  # (..., C, 2)
+    grasp_z = center[..., 2] + jnp.asarray(M.GRASP_DZ, jnp.float32)[obj]
+    palm_bottom = grasp_z + PALM_DZ
+    # obstacles: the three objects and the basket (a rectangle of its outer footprint)
+    poses = state[..., tasks.OBJ_START:].reshape(state.shape[:-1] + (4, 7))
+    obs_xy = poses[..., :2]                                                   # (..., 4, 2)
+    obs_yaw = M.yaw_of(poses[..., 3:])                                        # (..., 4)
+    obs_half = jnp.asarray(np.concatenate([M.OBJECT_HALF[:, :2], [M.BASKET_HALF]]), jnp.float32)  # (4, 2)
+    obs_top = jnp.concatenate([poses[..., :3, 2] + jnp.asarray(M.TOP_DZ, jnp.float32),
+                               poses[..., 3:, 2] + M.BASKET_HEIGHT], -1)      # (..., 4)
+    active = (jnp.arange(4) != obj[..., None]) & (obs_top > palm_bottom[..., None])
+    active = active.at[..., 3].set(active[..., 3] & ~tasks.in_basket(state, obj))
+    gap = _rect_gap(xy[..., :, None, :], jnp.asarray(PALM_HALF, jnp.float32), yaws[..., :, None],
+                    obs_xy[..., None, :, :], obs_half, obs_yaw[..., None, :])  # (..., C, 4)
+    gap = jnp.min(jnp.where(active[..., None, :], gap, 1.0), axis=-1)          # (..., C)
+    turn = jnp.abs(_wrap(yaws - hand_yaw[..., None]))
+    blocked = gap < PALM_GAP
+    cost = (turn + 10.0 * (jnp.abs(q7[..., None] - (yaws - hand_yaw[..., None])) > Q7_SAFE)
+            + 2.0 * (shift != 0) + 20.0 * blocked - 10.0 * jnp.minimum(gap, PALM_GAP) + 100.0 * ~valid)
+    best = jnp.argmin(cost, axis=-1)[..., None]
+    yaw = jnp.take_along_axis(yaws, best, axis=-1)[..., 0]
+    point = jnp.take_along_axis(xy, best[..., None], axis=-2)[..., 0, :]
+    return yaw, jnp.concatenate([point, grasp_z[..., None]], -1)
 
 
 def _orientation_action(quat: jax.Array, yaw: jax.Array) -> jax.Array:
@@ -110,10 +191,9 @@ def expert_action(state: jax.Array, goal: jax.Array, progress: Progress) -> jax.
     fingers = state[..., 14] + state[..., 15]
     center = object_pos(state, obj)
     half = jnp.asarray(M.OBJECT_HALF, jnp.float32)[obj]  # (..., 3)
-    grasp_dz = jnp.asarray(M.GRASP_DZ, jnp.float32)[obj]
-    pos = center + jnp.stack([jnp.zeros_like(grasp_dz), jnp.zeros_like(grasp_dz), grasp_dz], -1)  # grasp point
     hand_yaw = M.yaw_of(quat)
-    grasp_yaw = _target_yaw(hand_yaw, M.yaw_of(object_quat(state, obj)), _SYMMETRY[obj])
+    q7 = state[..., 6]
+    grasp_yaw, pos = _grasp_choice(state, obj, hand_yaw, q7)  # pos: the grasp point
     target = _placement(state, goal, progress, obj, sub)
 
     # approach / close
@@ -121,7 +201,7 @@ def expert_action(state: jax.Array, goal: jax.Array, progress: Progress) -> jax.
     yaw_err = jnp.abs(_wrap(hand_yaw - grasp_yaw))
     top = jnp.asarray(M.TOP_DZ, jnp.float32)[obj]
     hover_z = jnp.maximum(center[..., 2] + top + HOVER, TRANSIT_Z)
-    hover = jnp.concatenate([center[..., :2], hover_z[..., None]], -1)
+    hover = jnp.concatenate([pos[..., :2], hover_z[..., None]], -1)
     low = eef[..., 2] < hover_z - 0.03
     rise = jnp.concatenate([eef[..., :2], hover[..., 2:]], -1)
     aligned = (xy_err < XY_TOL) & (yaw_err < YAW_TOL)
@@ -132,7 +212,11 @@ def expert_action(state: jax.Array, goal: jax.Array, progress: Progress) -> jax.
     approach_grip = jnp.where(at_grasp, CLOSE, OPEN)
 
     # carry
-    holding = (jnp.linalg.norm(pos - eef, axis=-1) < HOLD_TOL) & (fingers < 2 * half[..., 1] + 0.01) & (fingers > 0.01)
+    gp_all = jnp.stack([object_pos(state, k) + jnp.asarray([0.0, 0.0, float(M.GRASP_DZ[k])], jnp.float32)
+                        for k in range(3)], -2)  # (..., 3, 3) centred grasp points
+    grip_gap = jnp.linalg.norm(gp_all - eef[..., None, :], axis=-1) < jnp.asarray(_HOLD_TOL)  # (..., 3)
+    holding = (jnp.take_along_axis(grip_gap, obj[..., None], axis=-1)[..., 0] & (fingers < 2 * half[..., 1] + 0.01)
+               & (fingers > 0.01))
     offset = eef - center
     carry_z = jnp.maximum(CARRY_CLEARANCE + jnp.asarray(M.REST_Z, jnp.float32)[obj], target[..., 2])
     obj_xy_err = jnp.linalg.norm(target[..., :2] - center[..., :2], axis=-1)
@@ -150,9 +234,7 @@ def expert_action(state: jax.Array, goal: jax.Array, progress: Progress) -> jax.
     way = jnp.where((holding & ~reach)[..., None], carry_way, approach_way)
     grip = jnp.where(holding & ~reach, carry_grip, jnp.where(reach, OPEN, approach_grip))
     # Still holding an object of a finished sub-goal: stand still and open the gripper first.
-    gp_all = jnp.stack([object_pos(state, k) + jnp.asarray([0.0, 0.0, float(M.GRASP_DZ[k])], jnp.float32)
-                        for k in range(3)], -2)  # (..., 3, 3)
-    close_to = (jnp.linalg.norm(gp_all - eef[..., None, :], axis=-1) < HOLD_TOL) & (jnp.arange(3) != obj[..., None])
+    close_to = grip_gap & (jnp.arange(3) != obj[..., None])
     other = jnp.any(close_to, axis=-1) & (fingers < 2 * M.GRIPPER_OPEN - 0.006)
     held = jnp.argmax(close_to, axis=-1).astype(jnp.int32)
     held_pos = object_pos(state, held)
@@ -161,13 +243,28 @@ def expert_action(state: jax.Array, goal: jax.Array, progress: Progress) -> jax.
     lower = other & tasks.in_basket(state, held) & (held_pos[..., 2] - slot[..., 2] > 0.015)
     way = jnp.where(other[..., None], jnp.where(lower[..., None], eef + slot - held_pos, eef), way)
     grip = jnp.where(other, jnp.where(lower, CLOSE, OPEN), grip)
+    # straddling an object just released (not the sub-goal's): the fingers may rest on one of its faces (the
+    # two fingers are not coupled, a held object drifts to one of them), so centre them on it, then rise
+    centres = jnp.stack([object_pos(state, k) for k in range(3)], -2)  # (..., 3, 3)
+    tops = centres[..., 2] + jnp.asarray(M.TOP_DZ, jnp.float32)
+    gap_xy = jnp.linalg.norm(centres[..., :2] - eef[..., None, :2], axis=-1)
+    near_k = (gap_xy < 0.04) & (eef[..., None, 2] < tops + 0.02) & (jnp.arange(3) != obj[..., None])
+    straddle = jnp.any(near_k, axis=-1) & ~holding & ~other & (fingers > 2 * M.GRIPPER_OPEN - 0.006)
+    k_near = jnp.argmax(near_k, axis=-1)
+    c_near = jnp.take_along_axis(centres, k_near[..., None, None], axis=-2)[..., 0, :]
+    centred = jnp.take_along_axis(gap_xy, k_near[..., None], axis=-1)[..., 0] < 0.003
+    lift = jnp.where(centred, 0.03, 0.0)
+    way = jnp.where(straddle[..., None], jnp.concatenate([c_near[..., :2], (eef[..., 2] + lift)[..., None]], -1), way)
     # carrying to the basket: turn the object's long axis (the hand's x) along the basket's, so the fingers
     # close across the basket, clear of the neighbouring slots
     basket_yaw = M.yaw_of(state[..., tasks.BASKET_START + 3:tasks.BASKET_START + 7])
-    across = _target_yaw(hand_yaw, basket_yaw, _SYMMETRY[obj])
+    across = _target_yaw(hand_yaw, basket_yaw, _SYMMETRY[obj], q7)
     to_basket = (sub == tasks.PLACE_BASKET) & travelling
-    yaw = jnp.where(holding | other, jnp.where(to_basket & ~other, across, hand_yaw), grasp_yaw)
-    speed = jnp.where((holding & ~reach) | other, CARRY_SPEED, 1.0)[..., None]
+    # rising from low off the object (e.g. just released one between the fingers): keep the yaw, turning the
+    # open fingers around a square-section object would knock it over
+    rising = (~holding & ~other & low & (xy_err > 0.02)) | straddle
+    yaw = jnp.where(holding | other | rising, jnp.where(to_basket & ~other & holding, across, hand_yaw), grasp_yaw)
+    speed = jnp.where((holding & ~reach) | other | straddle, CARRY_SPEED, 1.0)[..., None]
     move = jnp.clip(POS_GAIN * (way - eef) / M.POS_SCALE, -speed, speed)
     turn = _orientation_action(quat, yaw)
     return jnp.concatenate([move, turn, grip[..., None]], -1).astype(jnp.float32)
