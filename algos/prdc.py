@@ -84,8 +84,8 @@ from imaginejax.algos.common import StateNormalizer, TwinCritic, TwinDiscreteCri
 from imaginejax.algos.cql import take_action_values
 from imaginejax.algos.neighbors import ConstraintData, Neighbor, nearest_neighbor, rows_as_buffer
 from imaginejax.algos.networks import EncodedMLP, NetConfig
-from imaginejax.algos.td3bc import TD3BCState, act_td3bc, init_td3bc_state, td3bc_step, with_normalizer
-from imaginejax.algos.td3bc_discrete import act_categorical, discrete_td3bc_step
+from imaginejax.algos.td3bc import TD3BCState, td3bc_act, td3bc_init, td3bc_step, with_normalizer
+from imaginejax.algos.td3bc_discrete import categorical_act, discrete_td3bc_step
 from imaginejax.data.types import Batch, Transitions
 
 __all__ = ["DiscretePRDCHyperparams", "PRDCHyperparams", "bind_datasets", "make_discrete_prdc", "make_prdc",
@@ -97,18 +97,12 @@ DEFAULT_CHUNK = 4096
 
 @struct.dataclass
 class PRDCHyperparams:
-    """Traced hyperparameters of continuous PRDC: TD3+BC's, plus β and the bound datasets.
+    """Traced hyperparameters of continuous PRDC: those of :class:`~imaginejax.algos.td3bc.TD3BCHyperparams`
+    (same meanings and defaults; the reference uses α = 40 on HalfCheetah), plus β and the bound datasets.
+    The fields are spelled out, not inherited, to keep ``beta`` before ``normalizer`` (the pytree order).
 
     Attributes:
-      actor_lr, critic_lr: () Adam step sizes (3e-4).
-      gamma: () discount γ (0.99).
-      tau: () Polyak rate of both target networks (0.005).
-      policy_noise: () σ_n, std of the target-smoothing noise (0.2).
-      noise_clip: () c, clip of that noise (0.5).
-      policy_freq: () int32, actor and targets are updated every ``policy_freq``-th update (2).
-      alpha: () α of λ = α / mean|Q| (2.5; the reference uses 40 on HalfCheetah).
       beta: () β, weight of the state in the joint (β·o, a) search space (2).
-      normalizer: state statistics (S,), identity by default (``StateNormalizer.from_transitions(real)``).
       search: the datasets searched, bound inside the compiled call (:func:`bind_datasets`); None until then.
     """
 
@@ -127,16 +121,12 @@ class PRDCHyperparams:
 
 @struct.dataclass
 class DiscretePRDCHyperparams:
-    """Traced hyperparameters of discrete PRDC: discrete TD3+BC's, plus β and the bound datasets.
+    """Traced hyperparameters of discrete PRDC: those of
+    :class:`~imaginejax.algos.td3bc_discrete.DiscreteTD3BCHyperparams` (same meanings and defaults), plus β
+    and the bound datasets (spelled out as in :class:`PRDCHyperparams`).
 
     Attributes:
-      actor_lr, critic_lr: () Adam step sizes (3e-4).
-      gamma: () discount γ (0.99).
-      tau: () Polyak rate of both target networks (0.005).
-      policy_freq: () int32, actor and targets are updated every ``policy_freq``-th update (2).
-      alpha: () α of λ = α / mean|V^π| (2.5).
       beta: () β, weight of the state in the joint (β·o, one-hot a) search space (2).
-      normalizer: state statistics (S,), identity by default.
       search: the datasets searched, bound inside the compiled call (:func:`bind_datasets`); None until then.
     """
 
@@ -222,10 +212,6 @@ def make_prdc(spec: Spec, net: NetConfig = NetConfig(), chunk: int = DEFAULT_CHU
                                policy_noise=f(0.2), noise_clip=f(0.5), policy_freq=jnp.int32(2), alpha=f(2.5),
                                beta=f(2.0), normalizer=StateNormalizer.identity(spec_.state_dim))
 
-    def init(key: jax.Array, spec_: Spec, hp: PRDCHyperparams) -> TD3BCState:
-        del hp
-        return init_td3bc_state(actor, critic, key, spec_)
-
     def update(state: TD3BCState, batch: Batch, key: jax.Array,
                hp: PRDCHyperparams) -> tuple[TD3BCState, dict[str, jax.Array]]:
         """TD3+BC's critic step every update; the actor step (towards the nearest neighbour's action) and
@@ -249,14 +235,9 @@ def make_prdc(spec: Spec, net: NetConfig = NetConfig(), chunk: int = DEFAULT_CHU
 
         return td3bc_step(actor, critic, state, batch, key, hp, bc_target=neighbour_action)
 
-    def act(state: TD3BCState, obs: jax.Array, key: jax.Array, hp: PRDCHyperparams,
-            deterministic: bool = True) -> jax.Array:
-        """obs (B, S+E) raw -> (B, A) float32 actions in [-1, 1] (as TD3+BC: π(o), plus clipped noise when
-        not deterministic)."""
-        return act_td3bc(actor, state.actor_params, obs, key, hp, deterministic)
-
-    return Algorithm(name="prdc", init=init, update=update, act=act, default_hp=default_hp,
-                     bind_data=bind_datasets)
+    # Acting and the initial state are TD3+BC's.
+    return Algorithm(name="prdc", init=td3bc_init(actor, critic), update=update, act=td3bc_act(actor),
+                     default_hp=default_hp, bind_data=bind_datasets)
 
 
 def make_discrete_prdc(spec: Spec, net: NetConfig = NetConfig(), chunk: int = DEFAULT_CHUNK,
@@ -286,10 +267,6 @@ def make_discrete_prdc(spec: Spec, net: NetConfig = NetConfig(), chunk: int = DE
                                        policy_freq=jnp.int32(2), alpha=f(2.5), beta=f(2.0),
                                        normalizer=StateNormalizer.identity(spec_.state_dim))
 
-    def init(key: jax.Array, spec_: Spec, hp: DiscretePRDCHyperparams) -> TD3BCState:
-        del hp
-        return init_td3bc_state(actor, critic, key, spec_)
-
     def update(state: TD3BCState, batch: Batch, key: jax.Array,
                hp: DiscretePRDCHyperparams) -> tuple[TD3BCState, dict[str, jax.Array]]:
         """Discrete TD3+BC's critic step every update; the actor step (cross-entropy to the nearest
@@ -313,10 +290,6 @@ def make_discrete_prdc(spec: Spec, net: NetConfig = NetConfig(), chunk: int = DE
 
         return discrete_td3bc_step(actor, critic, state, batch, hp, bc_target=neighbour_action)
 
-    def act(state: TD3BCState, obs: jax.Array, key: jax.Array, hp: DiscretePRDCHyperparams,
-            deterministic: bool = True) -> jax.Array:
-        """obs (B, S+E) raw -> (B,) int32: argmax_a π(a|o), or a ~ π(·|o)."""
-        return act_categorical(actor, state.actor_params, obs, key, hp, deterministic)
-
-    return Algorithm(name="prdc_discrete", init=init, update=update, act=act, default_hp=default_hp,
-                     bind_data=bind_datasets)
+    # Acting and the initial state are discrete TD3+BC's.
+    return Algorithm(name="prdc_discrete", init=td3bc_init(actor, critic), update=update,
+                     act=categorical_act(actor), default_hp=default_hp, bind_data=bind_datasets)

@@ -174,24 +174,84 @@ def dataset_action(policy_output: jax.Array, batch: Batch) -> tuple[jax.Array, d
     return batch.action, {}
 
 
-def init_td3bc_state(actor: nn.Module, critic: nn.Module, key: jax.Array, spec: Spec) -> TD3BCState:
-    """A fresh :class:`TD3BCState` (targets = online parameters, zero Adam moments), continuous or discrete.
+# The actor's objective at the critics just updated: critic params θ -> ((actor output with gradient, BC
+# target) -> (loss, metrics)). Whatever it computes from θ alone runs once, outside the actor's gradient.
+ActorObjective = Callable[[dict], Callable[[jax.Array, jax.Array], tuple[jax.Array, dict[str, jax.Array]]]]
+
+
+def critic_then_actor_step(actor: nn.Module, state: TD3BCState, batch: Batch, obs: jax.Array, target: jax.Array,
+                           hp: Any, data_q: Callable[[dict], jax.Array], actor_objective: ActorObjective,
+                           bc_target: BCTarget) -> tuple[TD3BCState, dict[str, jax.Array]]:
+    """The TD3 update after its TD target, shared by the continuous and the discrete TD3+BC (and so PRDC).
+
+    1. Critic: L(θ) = Σ_i E_B[(Q_θi(o, a) − y)²] (:func:`~imaginejax.algos.common.twin_critic_loss`), one
+       Adam step with ``hp.critic_lr``.
+    2. Actor loss at the updated critics θ⁺: out = actor(φ, o), its BC target ``bc_target(out without
+       gradient, batch)``, the loss ``actor_objective(θ⁺)(out, BC target)`` and its gradient in φ.
+    3. :func:`delayed_policy_step` (actor Adam step and Polyak targets every ``hp.policy_freq``-th update).
+
+    Args:
+      actor: the actor network, obs (B, S+E) -> actions (B, A) or logits (B, n).
+      state: the state before the update.
+      batch: the B rows (raw states; passed to ``bc_target``).
+      obs: (B, S+E) normalised observations o.
+      target: (B,) TD targets y (no gradient).
+      hp: has ``critic_lr``, ``actor_lr``, ``policy_freq`` and ``tau``.
+      data_q: critic params -> (2, B) Q_θi(o, a) at the batch's actions.
+      actor_objective: see :data:`ActorObjective`.
+      bc_target: see :data:`BCTarget`.
+
+    Returns:
+      The new state and pre-update metrics: loss (= critic_loss), critic_loss, the actor objective's and
+      ``bc_target``'s metrics (evaluated every step, applied only on actor steps), q1_data, target_q,
+      actor_updated.
+    """
+
+    def critic_loss_fn(params):
+        q = data_q(params)
+        return twin_critic_loss(q, target), q
+
+    (c_loss, q_data), c_grads = jax.value_and_grad(critic_loss_fn, has_aux=True)(state.critic_params)
+    critic_params, critic_opt = adam_step(state.critic_params, c_grads, state.critic_opt, hp.critic_lr)
+    objective = actor_objective(critic_params)
+
+    def actor_loss_fn(params):
+        out = actor.apply(params, obs)
+        bc, extra = bc_target(jax.lax.stop_gradient(out), batch)
+        loss, metrics = objective(out, bc)
+        return loss, {**metrics, **extra}
+
+    a_grads, a_metrics = jax.grad(actor_loss_fn, has_aux=True)(state.actor_params)
+    new_state, actor_due = delayed_policy_step(state, a_grads, critic_params, critic_opt, hp)
+    metrics = {"loss": c_loss, "critic_loss": c_loss, **a_metrics, "q1_data": q_data[0].mean(),
+               "target_q": target.mean(), "actor_updated": actor_due.astype(jnp.float32)}
+    return new_state, metrics
+
+
+def td3bc_init(actor: nn.Module, critic: nn.Module) -> Callable[[jax.Array, Spec, Any], TD3BCState]:
+    """The ``init(key, spec, hp)`` of every algorithm on :class:`TD3BCState` (TD3+BC, PRDC; continuous or
+    discrete): a fresh state, targets = online parameters, zero Adam moments (``hp`` is unused).
 
     Args:
       actor: obs (1, S+E) -> actions or logits.
       critic: the twin critics: ``critic(obs, action)`` for continuous ``spec``, ``critic(obs)`` for discrete.
-      key: split into the actor's and the critics' initialisation keys.
-      spec: environment interface.
+
+    The returned ``init`` splits ``key`` into the actor's and the critics' initialisation keys.
     """
-    actor_key, critic_key = jax.random.split(key)
-    obs = jnp.zeros((1, spec.obs_dim), jnp.float32)
-    actor_params = actor.init(actor_key, obs)
-    critic_inputs = (obs,) if spec.discrete else (obs, jnp.zeros((1, spec.action_dim), jnp.float32))
-    critic_params = critic.init(critic_key, *critic_inputs)
-    return TD3BCState(actor_params=actor_params, critic_params=critic_params,
-                      actor_target=actor_params, critic_target=critic_params,
-                      actor_opt=adam_init(actor_params), critic_opt=adam_init(critic_params),
-                      step=jnp.zeros((), jnp.int32))
+
+    def init(key: jax.Array, spec: Spec, hp: Any) -> TD3BCState:
+        del hp
+        actor_key, critic_key = jax.random.split(key)
+        obs = jnp.zeros((1, spec.obs_dim), jnp.float32)
+        actor_params = actor.init(actor_key, obs)
+        critic_inputs = (obs,) if spec.discrete else (obs, jnp.zeros((1, spec.action_dim), jnp.float32))
+        critic_params = critic.init(critic_key, *critic_inputs)
+        return TD3BCState(actor_params=actor_params, critic_params=critic_params,
+                          actor_target=actor_params, critic_target=critic_params,
+                          actor_opt=adam_init(actor_params), critic_opt=adam_init(critic_params),
+                          step=jnp.zeros((), jnp.int32))
+
+    return init
 
 
 def td3bc_step(actor: EncodedMLP, critic: TwinCritic, state: TD3BCState, batch: Batch, key: jax.Array, hp: Any,
@@ -223,35 +283,27 @@ def td3bc_step(actor: EncodedMLP, critic: TwinCritic, state: TD3BCState, batch: 
     q_next = critic.apply(state.critic_target, next_obs, next_action)  # (2, B)
     target = jax.lax.stop_gradient(td_target(batch.reward, batch.terminal, jnp.min(q_next, axis=0), hp.gamma))
 
-    def critic_loss_fn(params):
-        q = critic.apply(params, obs, batch.action)
-        return twin_critic_loss(q, target), q
+    def objective(critic_params: dict) -> Callable[[jax.Array, jax.Array], tuple[jax.Array, dict[str, jax.Array]]]:
+        return lambda pi, bc_action: actor_loss(first_critic_apply(critic, critic_params, obs, pi), pi, bc_action,
+                                                hp.alpha)
 
-    (c_loss, q_data), c_grads = jax.value_and_grad(critic_loss_fn, has_aux=True)(state.critic_params)
-    critic_params, critic_opt = adam_step(state.critic_params, c_grads, state.critic_opt, hp.critic_lr)
-
-    def actor_loss_fn(params):
-        pi = actor.apply(params, obs)
-        bc_action, extra = bc_target(jax.lax.stop_gradient(pi), batch)
-        loss, metrics = actor_loss(first_critic_apply(critic, critic_params, obs, pi), pi, bc_action, hp.alpha)
-        return loss, {**metrics, **extra}
-
-    a_grads, a_metrics = jax.grad(actor_loss_fn, has_aux=True)(state.actor_params)
-    new_state, actor_due = delayed_policy_step(state, a_grads, critic_params, critic_opt, hp)
-    metrics = {"loss": c_loss, "critic_loss": c_loss, **a_metrics, "q1_data": q_data[0].mean(),
-               "target_q": target.mean(), "actor_updated": actor_due.astype(jnp.float32)}
-    return new_state, metrics
+    return critic_then_actor_step(actor, state, batch, obs, target, hp,
+                                  lambda params: critic.apply(params, obs, batch.action), objective, bc_target)
 
 
-def act_td3bc(actor: EncodedMLP, actor_params: dict, obs: jax.Array, key: jax.Array, hp: Any,
-              deterministic: bool) -> jax.Array:
-    """obs (B, S+E) raw (un-normalised) -> (B, A) float32 actions in [-1, 1]: π(o), plus the clipped
-    target-smoothing noise clip(σ_n ε, −c, c) when not deterministic."""
-    action = actor.apply(actor_params, hp.normalizer.observation(obs))
-    if deterministic:
-        return action
-    noise = jax.random.normal(key, action.shape, jnp.float32)
-    return smoothed_target_action(action, noise, hp.policy_noise, hp.noise_clip)
+def td3bc_act(actor: EncodedMLP) -> Callable[..., jax.Array]:
+    """The ``act(state, obs, key, hp, deterministic=True)`` of continuous TD3+BC and PRDC: obs (B, S+E) raw
+    (un-normalised) -> (B, A) float32 actions in [-1, 1]: π(o), plus the clipped target-smoothing noise
+    clip(σ_n ε, −c, c) when not deterministic."""
+
+    def act(state: TD3BCState, obs: jax.Array, key: jax.Array, hp: Any, deterministic: bool = True) -> jax.Array:
+        action = actor.apply(state.actor_params, hp.normalizer.observation(obs))
+        if deterministic:
+            return action
+        noise = jax.random.normal(key, action.shape, jnp.float32)
+        return smoothed_target_action(action, noise, hp.policy_noise, hp.noise_clip)
+
+    return act
 
 
 def make_td3bc(spec: Spec, net: NetConfig = NetConfig()) -> Algorithm:
@@ -273,10 +325,6 @@ def make_td3bc(spec: Spec, net: NetConfig = NetConfig()) -> Algorithm:
             policy_freq=jnp.int32(2), alpha=jnp.float32(2.5),
             normalizer=StateNormalizer.identity(spec_.state_dim))
 
-    def init(key: jax.Array, spec_: Spec, hp: TD3BCHyperparams) -> TD3BCState:
-        del hp
-        return init_td3bc_state(actor, critic, key, spec_)
-
     def update(state: TD3BCState, batch: Batch, key: jax.Array,
                hp: TD3BCHyperparams) -> tuple[TD3BCState, dict[str, jax.Array]]:
         """One critic step and, every ``policy_freq``-th call, one actor step and target update.
@@ -286,9 +334,5 @@ def make_td3bc(spec: Spec, net: NetConfig = NetConfig()) -> Algorithm:
         """
         return td3bc_step(actor, critic, state, batch, key, hp)
 
-    def act(state: TD3BCState, obs: jax.Array, key: jax.Array, hp: TD3BCHyperparams,
-            deterministic: bool = True) -> jax.Array:
-        """obs (B, S+E) raw (un-normalised) -> (B, A) float32 actions in [-1, 1]."""
-        return act_td3bc(actor, state.actor_params, obs, key, hp, deterministic)
-
-    return Algorithm(name="td3bc", init=init, update=update, act=act, default_hp=default_hp)
+    return Algorithm(name="td3bc", init=td3bc_init(actor, critic), update=update, act=td3bc_act(actor),
+                     default_hp=default_hp)

@@ -46,7 +46,7 @@ cross-entropy's target action: the batch's own here, the nearest neighbour's in 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import chex
 import jax
@@ -55,12 +55,10 @@ import optax
 from flax import struct
 
 from imaginejax.algos.base import Algorithm, Spec
-from imaginejax.algos.common import (StateNormalizer, TwinDiscreteCritic, adam_step, first_critic_apply, td_target,
-                                     twin_critic_loss)
+from imaginejax.algos.common import StateNormalizer, TwinDiscreteCritic, first_critic_apply, td_target
 from imaginejax.algos.cql import take_action_values
 from imaginejax.algos.networks import EncodedMLP, NetConfig
-from imaginejax.algos.td3bc import (BCTarget, TD3BCState, dataset_action, delayed_policy_step,
-                                    init_td3bc_state)
+from imaginejax.algos.td3bc import BCTarget, TD3BCState, critic_then_actor_step, dataset_action, td3bc_init
 from imaginejax.data.types import Batch
 
 
@@ -141,34 +139,27 @@ def discrete_td3bc_step(actor: EncodedMLP, critic: TwinDiscreteCritic, state: TD
                                      critic.apply(state.critic_target, next_obs))
     target = jax.lax.stop_gradient(td_target(batch.reward, batch.terminal, next_value, hp.gamma))
 
-    def critic_loss_fn(params):
-        q = jax.vmap(take_action_values, in_axes=(0, None))(critic.apply(params, obs), batch.action)
-        return twin_critic_loss(q, target), q
+    def data_q(params: dict) -> jax.Array:
+        return jax.vmap(take_action_values, in_axes=(0, None))(critic.apply(params, obs), batch.action)
 
-    (c_loss, q_data), c_grads = jax.value_and_grad(critic_loss_fn, has_aux=True)(state.critic_params)
-    critic_params, critic_opt = adam_step(state.critic_params, c_grads, state.critic_opt, hp.critic_lr)
-    q1 = jax.lax.stop_gradient(first_critic_apply(critic, critic_params, obs))
+    def objective(critic_params: dict) -> Callable[[jax.Array, jax.Array], tuple[jax.Array, dict[str, jax.Array]]]:
+        q1 = jax.lax.stop_gradient(first_critic_apply(critic, critic_params, obs))  # once, outside the gradient
+        return lambda logits, bc_action: discrete_actor_loss(logits, q1, bc_action, hp.alpha)
 
-    def actor_loss_fn(params):
-        logits = actor.apply(params, obs)
-        bc_action, extra = bc_target(jax.lax.stop_gradient(logits), batch)
-        loss, metrics = discrete_actor_loss(logits, q1, bc_action, hp.alpha)
-        return loss, {**metrics, **extra}
-
-    a_grads, a_metrics = jax.grad(actor_loss_fn, has_aux=True)(state.actor_params)
-    new_state, actor_due = delayed_policy_step(state, a_grads, critic_params, critic_opt, hp)
-    metrics = {"loss": c_loss, "critic_loss": c_loss, **a_metrics, "q1_data": q_data[0].mean(),
-               "target_q": target.mean(), "actor_updated": actor_due.astype(jnp.float32)}
-    return new_state, metrics
+    return critic_then_actor_step(actor, state, batch, obs, target, hp, data_q, objective, bc_target)
 
 
-def act_categorical(actor: EncodedMLP, actor_params: dict, obs: jax.Array, key: jax.Array, hp: Any,
-                    deterministic: bool) -> jax.Array:
-    """obs (B, S+E) raw -> (B,) int32: argmax_a π(a|o), or a ~ π(·|o) (states normalised with ``hp``)."""
-    logits = actor.apply(actor_params, hp.normalizer.observation(obs))
-    if deterministic:
-        return jnp.argmax(logits, axis=-1).astype(jnp.int32)
-    return jax.random.categorical(key, logits).astype(jnp.int32)
+def categorical_act(actor: EncodedMLP) -> Callable[..., jax.Array]:
+    """The ``act(state, obs, key, hp, deterministic=True)`` of discrete TD3+BC and PRDC: obs (B, S+E) raw
+    -> (B,) int32: argmax_a π(a|o), or a ~ π(·|o) (states normalised with ``hp``)."""
+
+    def act(state: TD3BCState, obs: jax.Array, key: jax.Array, hp: Any, deterministic: bool = True) -> jax.Array:
+        logits = actor.apply(state.actor_params, hp.normalizer.observation(obs))
+        if deterministic:
+            return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+        return jax.random.categorical(key, logits).astype(jnp.int32)
+
+    return act
 
 
 def make_discrete_td3bc(spec: Spec, net: NetConfig = NetConfig()) -> Algorithm:
@@ -189,10 +180,6 @@ def make_discrete_td3bc(spec: Spec, net: NetConfig = NetConfig()) -> Algorithm:
             tau=jnp.float32(0.005), policy_freq=jnp.int32(2), alpha=jnp.float32(2.5),
             normalizer=StateNormalizer.identity(spec_.state_dim))
 
-    def init(key: jax.Array, spec_: Spec, hp: DiscreteTD3BCHyperparams) -> TD3BCState:
-        del hp
-        return init_td3bc_state(actor, critic, key, spec_)
-
     def update(state: TD3BCState, batch: Batch, key: jax.Array,
                hp: DiscreteTD3BCHyperparams) -> tuple[TD3BCState, dict[str, jax.Array]]:
         """One critic step and, every ``policy_freq``-th call, one actor step and target update.
@@ -203,9 +190,5 @@ def make_discrete_td3bc(spec: Spec, net: NetConfig = NetConfig()) -> Algorithm:
         del key
         return discrete_td3bc_step(actor, critic, state, batch, hp)
 
-    def act(state: TD3BCState, obs: jax.Array, key: jax.Array, hp: DiscreteTD3BCHyperparams,
-            deterministic: bool = True) -> jax.Array:
-        """obs (B, S+E) raw -> (B,) int32: argmax_a π(a|o), or a ~ π(·|o)."""
-        return act_categorical(actor, state.actor_params, obs, key, hp, deterministic)
-
-    return Algorithm(name="td3bc_discrete", init=init, update=update, act=act, default_hp=default_hp)
+    return Algorithm(name="td3bc_discrete", init=td3bc_init(actor, critic), update=update,
+                     act=categorical_act(actor), default_hp=default_hp)

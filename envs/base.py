@@ -5,16 +5,22 @@ module supplies, once:
 
 * :class:`EnvParams` — a level's task table (goal vectors, phrasing ids per task, instruction
   embeddings, step cap), built by :func:`make_level_params`;
-* :func:`instruction_table` — the level's unique instruction strings and each task's ids into them;
-* :class:`TaskEnv` — observation = state ⊕ instruction embedding, the goal of a state, the episode
-  bookkeeping of a step (:meth:`TaskEnv.episode_flags`), and the single-environment ``reset`` /
-  ``reset_to_task`` / ``step`` as batch-of-one views of the batched kernels ``reset_batch`` /
-  ``reset_to_task_batch`` / ``step_batch`` that a subclass implements.
+* :func:`instruction_table` — the level's unique instruction strings and each task's ids into them, and
+  :func:`level_instruction_functions` — an instructions module's cached per-level lookups built on it;
+* :class:`TaskEnv` — the declarative class attributes and metadata taken from the environment's own
+  modules (its tasks module, its instructions module, its ``make_params``; see :class:`TaskEnv`),
+  observation = state ⊕ instruction embedding, the goal of a state, the episode bookkeeping of a step
+  (:meth:`TaskEnv.episode_flags`), and the single-environment ``reset`` / ``reset_to_task`` / ``step`` as
+  batch-of-one views of the batched kernels ``reset_batch`` / ``reset_to_task_batch`` / ``step_batch``
+  that a subclass implements.
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+import functools
+import importlib
+from types import ModuleType
+from typing import Any, Callable, ClassVar, Iterable, Mapping, Sequence, TypeVar
 
 import chex
 import jax
@@ -55,7 +61,12 @@ class EnvParams:
         return int(self.instruction_embeddings.shape[1])
 
 
-def instruction_table(per_task: Sequence[Sequence[str]]) -> tuple[tuple[str, ...], np.ndarray, np.ndarray]:
+# (strings (M,), phrasing ids (K, P) int32 padded with -1, phrasing counts (K,) int32): see instruction_table.
+InstructionTable = tuple[tuple[str, ...], np.ndarray, np.ndarray]
+_Task = TypeVar("_Task")
+
+
+def instruction_table(per_task: Sequence[Sequence[str]]) -> InstructionTable:
     """Deduplicates the tasks' phrasings into one table.
 
     Args:
@@ -84,8 +95,80 @@ def instruction_table(per_task: Sequence[Sequence[str]]) -> tuple[tuple[str, ...
     return tuple(table), ids, counts
 
 
-def make_level_params(level: str, goals: np.ndarray,
-                      table: tuple[tuple[str, ...], np.ndarray, np.ndarray], max_steps: int, *,
+def check_level(env: str, level: str, levels: Sequence[str]) -> None:
+    """Raises ValueError naming the valid ``levels`` when ``level`` is not one of them.
+
+    Args:
+      env: the environment's name in the message, e.g. "CLEVR-Robot".
+      level: the level asked for.
+      levels: the environment's levels (its ``tasks.LEVELS``).
+    """
+    if level not in levels:
+        raise ValueError(f"unknown {env} level {level!r}; valid levels: {', '.join(levels)}")
+
+
+def cached_level_goals(env: str, builders: Mapping[str, Callable[[], np.ndarray]]) -> Callable[[str], np.ndarray]:
+    """A tasks module's ``level_goals(level)``: each level's goal table built once, on first use.
+
+    Args:
+      env: the environment's name in error messages (:func:`check_level`).
+      builders: level -> function building its (K, G) int32 goal table, in level order (their keys are
+        the valid levels; two levels may share a builder, e.g. train and rephrase).
+
+    Returns:
+      ``level_goals(level)`` -> the level's (K, G) goal table, read-only and cached; an unknown level
+      raises ValueError naming the valid ones.
+    """
+
+    @functools.lru_cache(maxsize=None)
+    def build(level: str) -> np.ndarray:
+        goals = builders[level]()
+        goals.setflags(write=False)
+        return goals
+
+    def level_goals(level: str) -> np.ndarray:
+        """The goal table of a level, (K, G) int32 (read-only; built once per level)."""
+        check_level(env, level, tuple(builders))
+        return build(level)
+
+    return level_goals
+
+
+def level_instruction_functions(phrasings: Callable[[_Task, str], Sequence[str]],
+                                tasks_of: Callable[[str], Iterable[_Task]]
+                                ) -> tuple[Callable[[str], InstructionTable], Callable[[str], tuple[str, ...]]]:
+    """An instructions module's two per-level lookups, from how it phrases one task at a level.
+
+    Usage (module level)::
+
+        level_instruction_table, level_instructions = level_instruction_functions(goal_instructions,
+                                                                                  tasks.level_goals)
+
+    Args:
+      phrasings: ``phrasings(task, level)`` -> the phrasings of one task (a goal vector (G,), a task
+        name, ...) at a level, in template order; it raises ValueError for a task or level it does not know.
+      tasks_of: ``tasks_of(level)`` -> the level's tasks in task order (the rows of ``params.goals``).
+
+    Returns:
+      ``level_instruction_table(level)`` -> :func:`instruction_table` of the level's tasks (strings (M,),
+      phrasing ids (K, P), counts (K,)), cached per level; and ``level_instructions(level)`` -> its M
+      strings, which ``state.instruction`` indexes.
+    """
+
+    @functools.lru_cache(maxsize=None)
+    def level_instruction_table(level: str) -> InstructionTable:
+        """The instruction table of a level: M unique strings (task-major, then template order), phrasing
+        ids (K, P) int32 into them padded with -1, and the counts (K,) int32 of valid ids per task."""
+        return instruction_table([phrasings(task, level) for task in tasks_of(level)])
+
+    def level_instructions(level: str) -> tuple[str, ...]:
+        """The instruction table (M strings) of a level."""
+        return level_instruction_table(level)[0]
+
+    return level_instruction_table, level_instructions
+
+
+def make_level_params(level: str, goals: np.ndarray, table: InstructionTable, max_steps: int, *,
                       embed: bool, reset_tries: int) -> EnvParams:
     """Builds :class:`EnvParams` from a level's goals (K, G) and its :func:`instruction_table`.
 
@@ -122,15 +205,158 @@ def _add_batch(tree: Any) -> Any:
 class TaskEnv:
     """Base of the instruction-following environments (stateless; the level lives in the params).
 
-    A subclass sets ``state_dim`` and implements ``state_vector(state)`` and the batched kernels
-    ``reset_to_task_batch(keys, params, task, phrasing=None)`` and ``step_batch(keys, state, action,
-    params)`` (``reset_batch`` draws tasks uniformly, salted by ``task_salt``); its state pytree has
-    fields ``t``, ``task``, ``instruction``, ``done`` and ``success``.
+    A subclass names its own modules in its class statement, and the base derives the declarative part::
+
+        class CLEVRRobot(TaskEnv, tasks=tasks, instructions=instr.__name__, make_params=make_params):
+            name = "clevr"
+            num_actions = tasks.NUM_ACTIONS
+            discrete = True
+
+    * ``tasks``: the environment's tasks module. The class gets ``state_dim`` = ``tasks.STATE_DIM``,
+      ``goal_dim`` = ``tasks.GOAL_DIM``, ``levels`` = ``tasks.LEVELS`` and the pure predicates
+      ``success``, ``reward``, ``legal`` (staticmethods of ``tasks.success`` / ``reward`` / ``legal``),
+      unless its body sets them itself.
+    * ``instructions``: the dotted name of its instructions module (imported on first use, so heavy or
+      circular imports stay lazy), whose ``level_instructions(level)`` serves :meth:`instructions`.
+    * ``make_params``: its level-params factory ``make_params(level, *, embed) -> EnvParams``, which
+      serves :meth:`default_params`.
+
+    The subclass sets ``name``, ``discrete`` and ``num_actions`` (discrete) or ``action_dim``
+    (continuous; ``action_low`` / ``action_high`` default to the ±1 box of every continuous environment),
+    implements the batched kernels ``reset_to_task_batch(keys, params, task, phrasing=None)`` and
+    ``step_batch(keys, state, action, params)`` (``reset_batch`` draws tasks uniformly, salted by
+    ``task_salt``), and ``state_vector(state)`` unless its state keeps the vector in a field ``vec``.
+
+    Its state pytree has, besides its world, the episode fields (each with a leading (B,) axis in the
+    batched kernels): ``t`` () int32 steps taken in this episode; ``task`` () int32 row of
+    ``params.goals``; ``instruction`` () int32 id into the level's instruction table; ``done`` () bool, the
+    episode has ended (success or time limit); ``success`` () bool, it has ended in success (sticky).
     """
 
+    name: str
     state_dim: int
+    goal_dim: int
+    levels: tuple[str, ...]
+    discrete: bool
+    # The action box of a continuous environment (unused by discrete ones).
+    action_low: float = -1.0
+    action_high: float = 1.0
     # Folded into each reset key to draw the task in :meth:`reset_batch` (each environment keeps its stream).
     task_salt: int = 0x7A5C
+    # Set from the class keywords (see the class docstring).
+    _instructions_module: ClassVar[str | None] = None
+    _make_params: ClassVar[Callable[..., EnvParams] | None] = None
+
+    def __init_subclass__(cls, *, tasks: ModuleType | None = None, instructions: str | None = None,
+                          make_params: Callable[..., EnvParams] | None = None, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if tasks is not None:
+            derived = {"state_dim": "STATE_DIM", "goal_dim": "GOAL_DIM", "levels": "LEVELS",
+                       "success": "success", "reward": "reward", "legal": "legal"}
+            for attr, source in derived.items():
+                if attr in cls.__dict__:
+                    continue  # the class body's own value wins
+                if not hasattr(tasks, source):
+                    raise TypeError(f"{cls.__name__}(TaskEnv, tasks={tasks.__name__}): the tasks module has no "
+                                    f"{source!r}; define it there or set {attr!r} in the class body")
+                value = getattr(tasks, source)
+                setattr(cls, attr, staticmethod(value) if callable(value) else value)
+        if instructions is not None:
+            if not isinstance(instructions, str):
+                raise TypeError(f"{cls.__name__}(TaskEnv, instructions=...): pass the dotted module name (a "
+                                f"str, e.g. instr.__name__), got {type(instructions).__name__}")
+            cls._instructions_module = instructions
+        if make_params is not None:
+            cls._make_params = staticmethod(make_params)
+
+    # ------------------------------------------------------------------ metadata
+    @classmethod
+    def instructions(cls, level: str) -> tuple[str, ...]:
+        """The instruction table (M strings) of a level; ``state.instruction`` indexes it."""
+        if cls._instructions_module is None:
+            raise NotImplementedError(f"{cls.__name__} names no instructions module: pass "
+                                      "instructions='package.module' in its class statement")
+        return importlib.import_module(cls._instructions_module).level_instructions(level)
+
+    @classmethod
+    def default_params(cls, level: str = "train", *, embed: bool = True) -> EnvParams:
+        """The :class:`EnvParams` of a level, from the environment's ``make_params`` (with its defaults)."""
+        if cls._make_params is None:
+            raise NotImplementedError(f"{cls.__name__} names no params factory: pass make_params=... in its "
+                                      "class statement")
+        return cls._make_params(level, embed=embed)
+
+    @staticmethod
+    def state_vector(state: Any) -> jax.Array:
+        """(...) states -> (..., S) state vectors; this default reads the state's ``vec`` field (an
+        environment whose state keeps no such field overrides it)."""
+        return state.vec
+
+    # ------------------------------------------------------------------ batched kernels
+    def reset_to_task_batch(self, keys: jax.Array, params: EnvParams, task: jax.Array,
+                            phrasing: jax.Array | None = None) -> tuple[jax.Array, Any]:
+        """Resets B environments to given tasks (the subclass's kernel).
+
+        Args:
+          keys: (B,) PRNG keys (raw (B, 2) uint32 or typed).
+          params: the level's :class:`EnvParams`.
+          task: (B,) int32 task rows (a scalar is broadcast).
+          phrasing: optional (B,) int32 position within each task's phrasing list (taken modulo its
+            count); sampled uniformly when None (:meth:`task_instruction`).
+        Returns: observations (B, S+E) float32 and the batched state.
+        """
+        raise NotImplementedError(f"{type(self).__name__} implements no reset_to_task_batch")
+
+    def step_batch(self, keys: jax.Array, state: Any, action: jax.Array, params: EnvParams
+                   ) -> tuple[jax.Array, Any, jax.Array, jax.Array, dict[str, jax.Array]]:
+        """Steps B environments (the subclass's kernel; no auto-reset, see :meth:`episode_flags`).
+
+        Args:
+          keys: (B,) PRNG keys.
+          state: the batched state (leading B).
+          action: (B,) int32 (discrete) or (B, A) float (continuous) actions.
+          params: the level's :class:`EnvParams`.
+        Returns:
+          obs (B, S+E) float32, next state, reward (B,) float32, done (B,) bool,
+          info {"success": (B,) bool, "truncated": (B,) bool}.
+        """
+        raise NotImplementedError(f"{type(self).__name__} implements no step_batch")
+
+    @staticmethod
+    def task_instruction(keys: jax.Array, params: EnvParams, task: jax.Array | int,
+                         phrasing: jax.Array | int | None = None,
+                         draw: Callable[[jax.Array, jax.Array], jax.Array] | None = None
+                         ) -> tuple[jax.Array, jax.Array]:
+        """The tasks and instruction ids of a batched reset.
+
+        Args:
+          keys: (B,) PRNG keys of the phrasing draw (used only when ``phrasing`` is None).
+          params: the level's :class:`EnvParams`.
+          task: (B,) int32 task rows, or a scalar broadcast to (B,).
+          phrasing: optional (B,) int32 (or scalar) position within each task's phrasing list, taken modulo
+            its count; when None it is drawn by ``draw(keys, counts)`` -> (B,) int32, by default uniformly
+            in [0, count) with ``jax.random.randint``.
+          draw: see ``phrasing``.
+        Returns: task (B,) int32 and instruction (B,) int32 (ids into the level's instruction table).
+        """
+        batch = keys.shape[0]
+        task = jnp.broadcast_to(jnp.asarray(task, jnp.int32), (batch,))
+        counts = params.phrasing_counts[task]
+        if phrasing is None:
+            if draw is None:
+                phrasing = jax.vmap(lambda k, c: jax.random.randint(k, (), 0, c))(keys, counts)
+            else:
+                phrasing = draw(keys, counts)
+        phrasing = jnp.broadcast_to(jnp.asarray(phrasing, jnp.int32), (batch,)) % counts
+        return task, params.phrasing_ids[task, phrasing].astype(jnp.int32)
+
+    @staticmethod
+    def episode_start(task: jax.Array, instruction: jax.Array) -> dict[str, jax.Array]:
+        """The episode fields of B fresh episodes: task (B,), instruction (B,) int32 -> {t: 0, task,
+        instruction, done: False, success: False}, for ``EnvState(<world>, **episode_start(...))``."""
+        batch = task.shape[0]
+        return {"t": jnp.zeros((batch,), jnp.int32), "task": task, "instruction": instruction,
+                "done": jnp.zeros((batch,), bool), "success": jnp.zeros((batch,), bool)}
 
     def reset_batch(self, keys: jax.Array, params: EnvParams) -> tuple[jax.Array, Any]:
         """Resets B environments with uniformly drawn tasks: keys (B,) → obs (B, S + E), state."""

@@ -60,11 +60,7 @@ class EnvState:
 
     Attributes:
       grid: :class:`grid.Grid`, the world (17 int32 fields).
-      t: () int32 steps taken in this episode.
-      task: () int32 row of ``params.goals``.
-      instruction: () int32 id into the level's instruction table.
-      done: () bool, the episode has ended (success or time limit).
-      success: () bool, the episode has ended in success (sticky).
+      t, task, instruction, done, success: the episode fields of every :class:`~imaginejax.envs.base.TaskEnv`.
     """
 
     grid: G.Grid
@@ -76,16 +72,16 @@ class EnvState:
 
 
 def make_params(level: str, *, embed: bool = True, reset_tries: int = DEFAULT_RESET_TRIES) -> EnvParams:
-    """Builds the :class:`EnvParams` of a level.
-
-    Args:
-      level: "train", "rephrase", "easy" or "hard".
-      embed: embed the instruction table with :func:`imaginejax.lang.encode_instructions` (384-d);
-        when False the embeddings are (M, 0) and observations are the bare 17-d state.
-      reset_tries: object layouts drawn at reset.
-    """
+    """The :class:`EnvParams` of a level (:data:`tasks.LEVELS`); ``embed`` as in
+    :func:`~imaginejax.envs.base.make_level_params`; ``reset_tries`` object layouts are drawn at reset."""
     return make_level_params(level, tasks.level_goals(level), instr.level_instruction_table(level),
                              tasks.level_max_steps(level), embed=embed, reset_tries=reset_tries)
+
+
+def _draw_phrasing(keys: jax.Array, counts: jax.Array) -> jax.Array:
+    """BabyAI's phrasing draw: keys (B,), counts (B,) -> (B,) int32 in [0, count), from 32 random bits."""
+    bits = jax.vmap(lambda k: jax.random.bits(k, (), jnp.uint32))(keys)
+    return (bits % counts.astype(jnp.uint32)).astype(jnp.int32)  # bias < 1e-8 for P <= 40
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -169,33 +165,19 @@ def sample_grid(key: jax.Array, goal: jax.Array, tries: int = DEFAULT_RESET_TRIE
     )
 
 
-class BabyAI(TaskEnv):
+class BabyAI(TaskEnv, tasks=tasks, instructions=instr.__name__, make_params=make_params):
     """BabyAI single room: Discrete(7) absolute actions, language-conditioned goals (module docstring).
 
     The object holds no state and no level: everything level-specific lives in :class:`EnvParams`.
+    ``state_dim``, ``goal_dim``, ``levels``, the public pure predicates on state vectors ``success`` /
+    ``reward`` / ``legal`` (broadcast over leading dims) and ``instructions(level)`` /
+    ``default_params(level)`` come from :mod:`.tasks`, :mod:`.instructions` and :func:`make_params`
+    (:class:`~imaginejax.envs.base.TaskEnv`).
     """
 
     name: Final[str] = ENV_NAME
-    state_dim: Final[int] = tasks.STATE_DIM
     num_actions: Final[int] = tasks.NUM_ACTIONS
-    goal_dim: Final[int] = tasks.GOAL_DIM
     discrete: Final[bool] = True
-    levels: Final[tuple[str, ...]] = tasks.LEVELS
-
-    # Public pure predicates on state vectors (broadcast over leading dims; see tasks.py).
-    success = staticmethod(tasks.success)
-    reward = staticmethod(tasks.reward)
-    legal = staticmethod(tasks.legal)
-
-    # ------------------------------------------------------------------ metadata
-    @staticmethod
-    def instructions(level: str) -> tuple[str, ...]:
-        """The instruction table (M strings) of a level; ``state.instruction`` indexes it."""
-        return instr.level_instructions(level)
-
-    @staticmethod
-    def default_params(level: str = "train", *, embed: bool = True) -> EnvParams:
-        return make_params(level, embed=embed)
 
     # ------------------------------------------------------------------ views
     @staticmethod
@@ -207,36 +189,12 @@ class BabyAI(TaskEnv):
     def reset_to_task_batch(
         self, keys: jax.Array, params: EnvParams, task: jax.Array, phrasing: jax.Array | None = None
     ) -> tuple[jax.Array, EnvState]:
-        """Resets B environments to given tasks.
-
-        Args:
-          keys: (B,) PRNG keys (raw (B, 2) uint32 or typed).
-          params: the level's :class:`EnvParams`.
-          task: (B,) int32 task rows.
-          phrasing: optional (B,) int32 position within each task's phrasing list (taken modulo its
-            count); sampled uniformly when None.
-        Returns: observations (B, 17+E) and the batched state.
-        """
-        batch = keys.shape[0]
-        task = jnp.broadcast_to(jnp.asarray(task, jnp.int32), (batch,))
-        chex.assert_shape(task, (batch,))
+        """Resets B environments to given tasks (:meth:`TaskEnv.reset_to_task_batch`): obs (B, 17+E), state."""
         key_world = jax.vmap(lambda k: jax.random.fold_in(k, 1))(keys)
-        counts = params.phrasing_counts[task]
-        if phrasing is None:
-            bits = jax.vmap(lambda k: jax.random.bits(k, (), jnp.uint32))(keys)
-            phrasing = (bits % counts.astype(jnp.uint32)).astype(jnp.int32)  # bias < 1e-8 for P <= 40
-        phrasing = jnp.broadcast_to(jnp.asarray(phrasing, jnp.int32), (batch,)) % counts
-        instruction = params.phrasing_ids[task, phrasing]
+        task, instruction = self.task_instruction(keys, params, task, phrasing, draw=_draw_phrasing)
         goals = params.goals[task]
         grid = jax.vmap(lambda k, g: sample_grid(k, g, params.reset_tries))(key_world, goals)
-        state = EnvState(
-            grid=grid,
-            t=jnp.zeros((batch,), jnp.int32),
-            task=task,
-            instruction=instruction.astype(jnp.int32),
-            done=jnp.zeros((batch,), bool),
-            success=jnp.zeros((batch,), bool),
-        )
+        state = EnvState(grid=grid, **self.episode_start(task, instruction))
         return self.observation_batch(state, params), state
 
     def reset_batch(self, keys: jax.Array, params: EnvParams) -> tuple[jax.Array, EnvState]:
@@ -248,17 +206,8 @@ class BabyAI(TaskEnv):
     def step_batch(
         self, keys: jax.Array, state: EnvState, action: jax.Array, params: EnvParams
     ) -> tuple[jax.Array, EnvState, jax.Array, jax.Array, dict[str, jax.Array]]:
-        """Steps B environments.
-
-        Args:
-          keys: (B,) PRNG keys (unused: deterministic dynamics).
-          state: batched :class:`EnvState` (leading B).
-          action: (B,) int32 in [0, 7).
-          params: the level's :class:`EnvParams`.
-        Returns:
-          obs (B, 17+E) float32, next state, reward (B,) float32, done (B,) bool,
-          info {"success": (B,) bool, "truncated": (B,) bool}.
-        """
+        """Steps B environments (:meth:`TaskEnv.step_batch`): action (B,) int32 in [0, 7); the keys are unused
+        (deterministic dynamics); obs (B, 17+E)."""
         del keys
         batch = state.t.shape[0]
         action = jnp.asarray(action, jnp.int32)

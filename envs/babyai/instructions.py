@@ -15,12 +15,11 @@ task, the ids of its phrasings in that table. Everything is deterministic.
 
 from __future__ import annotations
 
-import functools
 from typing import Final
 
 import numpy as np
 
-from imaginejax.envs.base import instruction_table
+from imaginejax.envs.base import level_instruction_functions
 
 from imaginejax.envs.babyai import grid as G
 from imaginejax.envs.babyai import tasks
@@ -405,18 +404,6 @@ def goal_instructions(goal: np.ndarray, level: str) -> tuple[str, ...]:
     return tuple(t.format(**fields) for t in TEMPLATES[level][kind])
 
 
-@functools.lru_cache(maxsize=None)
-def level_instruction_table(level: str) -> tuple[tuple[str, ...], np.ndarray, np.ndarray]:
-    """The instruction table of a level and every task's phrasing ids.
-
-    Returns:
-      table: M unique strings, task-major then template order.
-      phrasing_ids: (K, P) int32, row k holds task k's ids into ``table``; padded with -1.
-      phrasing_counts: (K,) int32, number of valid ids per row.
-    """
-    return instruction_table([goal_instructions(g, level) for g in tasks.level_goals(level)])
-
-
-def level_instructions(level: str) -> tuple[str, ...]:
-    """The instruction table (M strings) of a level."""
-    return level_instruction_table(level)[0]
+# level_instruction_table(level) -> (strings (M,), phrasing ids (K, P) int32 padded with -1, counts (K,)),
+# cached; level_instructions(level) -> the M strings. Task k is phrased by goal_instructions(goals[k], level).
+level_instruction_table, level_instructions = level_instruction_functions(goal_instructions, tasks.level_goals)

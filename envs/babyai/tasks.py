@@ -76,10 +76,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from imaginejax.envs.base import cached_level_goals, check_level
 from imaginejax.envs.babyai import grid as G
 
 STATE_DIM: Final[int] = G.STATE_DIM
 NUM_ACTIONS: Final[int] = G.NUM_ACTIONS
+ENV_TITLE: Final[str] = "BabyAI"  # in error messages
 LEVELS: Final[tuple[str, ...]] = ("train", "rephrase", "easy", "hard")
 MAX_STEPS: Final[int] = 128
 SUCCESS_REWARD: Final[float] = 1.0
@@ -230,24 +232,15 @@ def hard_goals() -> np.ndarray:
     ])
 
 
-_GOAL_CACHE: dict[str, np.ndarray] = {}
-
-
-def level_goals(level: str) -> np.ndarray:
-    """The goal table of a level, (K, GOAL_DIM) int32 (read-only; cached). train and rephrase share goals."""
-    if level not in LEVELS:
-        raise ValueError(f"unknown BabyAI level {level!r}; valid levels: {', '.join(LEVELS)}")
-    if level not in _GOAL_CACHE:
-        goals = {"train": train_goals, "rephrase": train_goals, "easy": easy_goals, "hard": hard_goals}[level]()
-        goals.setflags(write=False)
-        _GOAL_CACHE[level] = goals
-    return _GOAL_CACHE[level]
+# level_goals(level) -> the goal table of a level, (K, GOAL_DIM) int32 (read-only; cached). train and
+# rephrase share goals.
+level_goals = cached_level_goals(ENV_TITLE, {"train": train_goals, "rephrase": train_goals, "easy": easy_goals,
+                                             "hard": hard_goals})
 
 
 def level_max_steps(level: str) -> int:
     """Episode cap of a level: 128 steps at every level."""
-    if level not in LEVELS:
-        raise ValueError(f"unknown BabyAI level {level!r}; valid levels: {', '.join(LEVELS)}")
+    check_level(ENV_TITLE, level, LEVELS)
     return MAX_STEPS
 
 

@@ -61,11 +61,7 @@ class EnvState:
       physics: :class:`backends.Physics`, qpos / qvel (9,) each with their float64 remainders.
       dx: () x displacement of the last step (0 after a reset).
       progress: :class:`tasks.Progress`, the episode's running quantities (Σ, leg counts and sums, ...).
-      t: () int32 steps taken in this episode.
-      task: () int32 row of ``params.goals``.
-      instruction: () int32 id into the level's instruction table.
-      done: () bool, the episode has ended (success or time limit).
-      success: () bool, the episode has ended in success (sticky).
+      t, task, instruction, done, success: the episode fields of every :class:`~imaginejax.envs.base.TaskEnv`.
     """
 
     physics: Physics
@@ -79,41 +75,32 @@ class EnvState:
 
 
 def make_params(level: str, *, embed: bool = True) -> EnvParams:
-    """Builds the :class:`EnvParams` of a level.
-
-    Args:
-      level: "train", "rephrase", "easy" or "hard".
-      embed: embed the instruction table with :func:`imaginejax.lang.encode_instructions` (384-d);
-        when False the embeddings are (M, 0) and observations are the bare 18-d state.
-    """
+    """The :class:`EnvParams` of a level (:data:`tasks.LEVELS`); ``embed`` as in
+    :func:`~imaginejax.envs.base.make_level_params` (``reset_tries`` = 1: the reset draws no candidates)."""
     return make_level_params(level, tasks.level_goals(level), instr.level_instruction_table(level),
                              tasks.level_max_steps(level), embed=embed, reset_tries=1)
 
 
-class HalfCheetah(TaskEnv):
+class HalfCheetah(TaskEnv, tasks=tasks, instructions=instr.__name__, make_params=make_params):
     """HalfCheetah, Box(-1, 1, (6,)) actions, nine language-conditioned locomotion tasks.
 
     Args:
       backend: physics backend, "auto" (MJX on an accelerator, MuJoCo C on a CPU), "mujoco" or "mjx";
         resolved once, here.
       nthread: MuJoCo C threads (default: all usable CPUs).
+
+    ``state_dim``, ``goal_dim``, ``levels``, the public pure predicates ``success`` / ``reward`` /
+    ``legal`` (broadcast over leading dims) and ``instructions(level)`` / ``default_params(level)`` come
+    from :mod:`.tasks`, :mod:`.instructions` and :func:`make_params` (:class:`~imaginejax.envs.base.TaskEnv`);
+    actions lie in TaskEnv's box [``action_low``, ``action_high``] = [-1, 1].
     """
 
     name: Final[str] = ENV_NAME
-    state_dim: Final[int] = tasks.STATE_DIM
     action_dim: Final[int] = tasks.ACTION_DIM
     num_actions: Final[int] = tasks.ACTION_DIM  # the action width A (continuous), as the imaginer expects
-    action_low: Final[float] = -1.0
-    action_high: Final[float] = 1.0
-    goal_dim: Final[int] = tasks.GOAL_DIM
     discrete: Final[bool] = False
-    levels: Final[tuple[str, ...]] = tasks.LEVELS
 
-    # Public pure predicates (broadcast over leading dims; see tasks.py). Success and the hard tasks'
-    # rewards need the running quantities of the episode, not just one transition.
-    success = staticmethod(tasks.success)
-    reward = staticmethod(tasks.reward)
-    legal = staticmethod(tasks.legal)
+    # Success and the hard tasks' rewards need the running quantities of the episode, not just one transition.
     update_progress = staticmethod(tasks.update_progress)
     trajectory_success_and_reward = staticmethod(tasks.trajectory_success_and_reward)
 
@@ -126,16 +113,6 @@ class HalfCheetah(TaskEnv):
     def __repr__(self) -> str:
         return f"HalfCheetah(backend={self.backend!r}, nthread={self.nthread})"
 
-    # ------------------------------------------------------------------ metadata
-    @staticmethod
-    def instructions(level: str) -> tuple[str, ...]:
-        """The instruction table (M strings) of a level; ``state.instruction`` indexes it."""
-        return instr.level_instructions(level)
-
-    @staticmethod
-    def default_params(level: str = "train", *, embed: bool = True) -> EnvParams:
-        return make_params(level, embed=embed)
-
     # ------------------------------------------------------------------ views
     @staticmethod
     def state_vector(state: EnvState) -> jax.Array:
@@ -145,24 +122,11 @@ class HalfCheetah(TaskEnv):
     # ------------------------------------------------------------------ batched kernels
     def reset_to_task_batch(self, keys: jax.Array, params: EnvParams, task: jax.Array,
                             phrasing: jax.Array | None = None) -> tuple[jax.Array, EnvState]:
-        """Resets B environments to given tasks.
-
-        Args:
-          keys: (B,) PRNG keys (raw (B, 2) uint32 or typed).
-          params: the level's :class:`EnvParams`.
-          task: (B,) int32 task rows.
-          phrasing: optional (B,) int32 position within each task's phrasing list (taken modulo its
-            count); sampled uniformly when None.
-        Returns: observations (B, 18+E) and the batched state.
-        """
+        """Resets B environments to given tasks (:meth:`TaskEnv.reset_to_task_batch`): obs (B, 18+E), state."""
         batch = keys.shape[0]
-        task = jnp.broadcast_to(jnp.asarray(task, jnp.int32), (batch,))
         split = jax.vmap(lambda k: jax.random.split(k, 3))(keys)
         key_phrasing, key_qpos, key_qvel = split[:, 0], split[:, 1], split[:, 2]
-        counts = params.phrasing_counts[task]
-        if phrasing is None:
-            phrasing = jax.vmap(lambda k, c: jax.random.randint(k, (), 0, c))(key_phrasing, counts)
-        phrasing = jnp.broadcast_to(jnp.asarray(phrasing, jnp.int32), (batch,)) % counts
+        task, instruction = self.task_instruction(key_phrasing, params, task, phrasing)
         dtype = jnp.result_type(float)
         qpos = jax.vmap(lambda k: jax.random.uniform(k, (M.NQ,), dtype, -RESET_NOISE_SCALE, RESET_NOISE_SCALE))(key_qpos)
         qvel = RESET_NOISE_SCALE * jax.vmap(lambda k: jax.random.normal(k, (M.NV,), dtype))(key_qvel)
@@ -170,28 +134,15 @@ class HalfCheetah(TaskEnv):
             physics=Physics.from_qpos_qvel(qpos, qvel),
             dx=jnp.zeros((batch,), dtype),
             progress=Progress.zeros((batch,), dtype),
-            t=jnp.zeros((batch,), jnp.int32),
-            task=task,
-            instruction=params.phrasing_ids[task, phrasing].astype(jnp.int32),
-            done=jnp.zeros((batch,), bool),
-            success=jnp.zeros((batch,), bool),
+            **self.episode_start(task, instruction),
         )
         return self.observation_batch(state, params), state
 
     def step_batch(self, keys: jax.Array, state: EnvState, action: jax.Array, params: EnvParams
                    ) -> tuple[jax.Array, EnvState, jax.Array, jax.Array, dict[str, jax.Array]]:
-        """Steps B environments (one physics call for the batch).
-
-        Args:
-          keys: (B,) PRNG keys (unused: deterministic physics).
-          state: batched :class:`EnvState` (leading B).
-          action: (B, 6) float in [-1, 1] (values outside are clamped by MuJoCo but charged in full by
-            the control cost, as in Gymnasium).
-          params: the level's :class:`EnvParams`.
-        Returns:
-          obs (B, 18+E) float32, next state, reward (B,) float32, done (B,) bool,
-          info {"success": (B,) bool, "truncated": (B,) bool}.
-        """
+        """Steps B environments with one physics call (:meth:`TaskEnv.step_batch`): action (B, 6) float in
+        [-1, 1] (values outside are clamped by MuJoCo but charged in full by the control cost, as in
+        Gymnasium); the keys are unused (deterministic physics); obs (B, 18+E)."""
         del keys
         batch = state.t.shape[0]
         action = jnp.asarray(action)

@@ -64,12 +64,14 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from imaginejax.envs.base import check_level
 from imaginejax.envs.cheetah import model as M
 
 STATE_DIM: Final[int] = 18
 ACTION_DIM: Final[int] = M.NU
 GOAL_DIM: Final[int] = 2
 MAX_STEPS: Final[int] = 200
+ENV_TITLE: Final[str] = "HalfCheetah"  # in error messages
 LEVELS: Final[tuple[str, ...]] = ("train", "rephrase", "easy", "hard")
 
 # State-vector layout.
@@ -164,20 +166,15 @@ TASK_NAMES: Final[dict[tuple[int, int], str]] = {
 }
 
 
-def _check_level(level: str) -> None:
-    if level not in LEVELS:
-        raise ValueError(f"unknown HalfCheetah level {level!r}; valid levels: {', '.join(LEVELS)}")
-
-
 def level_goals(level: str) -> np.ndarray:
     """The goal table of a level, (K, 2) int32 read-only (train and rephrase share goals)."""
-    _check_level(level)
+    check_level(ENV_TITLE, level, LEVELS)
     return LEVEL_GOALS[level]
 
 
 def level_max_steps(level: str) -> int:
     """Episode cap: 200 steps at every level (a time limit is a truncation, not a terminal)."""
-    _check_level(level)
+    check_level(ENV_TITLE, level, LEVELS)
     return MAX_STEPS
 
 

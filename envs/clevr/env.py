@@ -55,11 +55,7 @@ class EnvState:
 
     Attributes:
       balls: (5, 2) float32 ball positions (x, y) in colour order.
-      t: () int32 steps taken in this episode.
-      task: () int32 row of ``params.goals``.
-      instruction: () int32 id into the level's instruction table.
-      done: () bool, the episode has ended (success or time limit).
-      success: () bool, the episode has ended in success (sticky).
+      t, task, instruction, done, success: the episode fields of every :class:`~imaginejax.envs.base.TaskEnv`.
     """
 
     balls: jax.Array
@@ -71,45 +67,24 @@ class EnvState:
 
 
 def make_params(level: str, *, embed: bool = True, reset_tries: int = DEFAULT_RESET_TRIES) -> EnvParams:
-    """Builds the :class:`EnvParams` of a level.
-
-    Args:
-      level: "train", "rephrase", "easy" or "hard".
-      embed: embed the instruction table with :func:`imaginejax.lang.encode_instructions` (384-d);
-        when False the embeddings are (M, 0) and observations are the bare 10-d state.
-      reset_tries: candidate layouts drawn at reset.
-    """
+    """The :class:`EnvParams` of a level (:data:`tasks.LEVELS`); ``embed`` as in
+    :func:`~imaginejax.envs.base.make_level_params`; ``reset_tries`` candidate layouts are drawn at reset."""
     return make_level_params(level, tasks.level_goals(level), instr.level_instruction_table(level),
                              tasks.level_max_steps(level), embed=embed, reset_tries=reset_tries)
 
 
-class CLEVRRobot(TaskEnv):
+class CLEVRRobot(TaskEnv, tasks=tasks, instructions=instr.__name__, make_params=make_params):
     """CLEVR-Robot: 5 balls, Discrete(40) pushes, language-conditioned goals (see module docstring).
 
     The object holds no state and no level: everything level-specific lives in :class:`EnvParams`.
+    ``state_dim``, ``goal_dim``, ``levels``, the public pure predicates ``success`` / ``reward`` /
+    ``legal`` (broadcast over leading dims) and ``instructions(level)`` / ``default_params(level)`` come
+    from :mod:`.tasks`, :mod:`.instructions` and :func:`make_params` (:class:`~imaginejax.envs.base.TaskEnv`).
     """
 
     name: Final[str] = ENV_NAME
-    state_dim: Final[int] = tasks.STATE_DIM
     num_actions: Final[int] = tasks.NUM_ACTIONS
-    goal_dim: Final[int] = tasks.GOAL_DIM
     discrete: Final[bool] = True
-    levels: Final[tuple[str, ...]] = tasks.LEVELS
-
-    # Public pure predicates (broadcast over leading dims; see tasks.py).
-    success = staticmethod(tasks.success)
-    reward = staticmethod(tasks.reward)
-    legal = staticmethod(tasks.legal)
-
-    # ------------------------------------------------------------------ metadata
-    @staticmethod
-    def instructions(level: str) -> tuple[str, ...]:
-        """The instruction table (M strings) of a level; ``state.instruction`` indexes it."""
-        return instr.level_instructions(level)
-
-    @staticmethod
-    def default_params(level: str = "train", *, embed: bool = True) -> EnvParams:
-        return make_params(level, embed=embed)
 
     # ------------------------------------------------------------------ views
     @staticmethod
@@ -121,26 +96,11 @@ class CLEVRRobot(TaskEnv):
     def reset_to_task_batch(
         self, keys: jax.Array, params: EnvParams, task: jax.Array, phrasing: jax.Array | None = None
     ) -> tuple[jax.Array, EnvState]:
-        """Resets B environments to given tasks.
-
-        Args:
-          keys: (B,) PRNG keys (raw (B, 2) uint32 or typed).
-          params: the level's :class:`EnvParams`.
-          task: (B,) int32 task rows.
-          phrasing: optional (B,) int32 position within each task's phrasing list (taken modulo its
-            count); sampled uniformly when None.
-        Returns: observations (B, 10+E) and the batched state.
-        """
+        """Resets B environments to given tasks (:meth:`TaskEnv.reset_to_task_batch`): obs (B, 10+E), state."""
         batch = keys.shape[0]
-        task = jnp.broadcast_to(jnp.asarray(task, jnp.int32), (batch,))
-        chex.assert_shape(task, (batch,))
         split = jax.vmap(lambda k: jax.random.split(k, 2))(keys)
         key_phrasing, key_layout = split[:, 0], split[:, 1]
-        counts = params.phrasing_counts[task]
-        if phrasing is None:
-            phrasing = jax.vmap(lambda k, c: jax.random.randint(k, (), 0, c))(key_phrasing, counts)
-        phrasing = jnp.broadcast_to(jnp.asarray(phrasing, jnp.int32), (batch,)) % counts
-        instruction = params.phrasing_ids[task, phrasing]
+        task, instruction = self.task_instruction(key_phrasing, params, task, phrasing)
 
         tries = params.reset_tries
         layouts = jax.vmap(lambda k: physics.sample_layout(k, tries))(key_layout)  # (B, R, 5, 2)
@@ -150,30 +110,14 @@ class CLEVRRobot(TaskEnv):
         first_free = jnp.argmax(~satisfied, axis=1)  # all satisfied (vanishingly rare): take try 0
         balls = jnp.take_along_axis(layouts, first_free[:, None, None, None], axis=1)[:, 0]
 
-        state = EnvState(
-            balls=balls.astype(jnp.float32),
-            t=jnp.zeros((batch,), jnp.int32),
-            task=task,
-            instruction=instruction.astype(jnp.int32),
-            done=jnp.zeros((batch,), bool),
-            success=jnp.zeros((batch,), bool),
-        )
+        state = EnvState(balls=balls.astype(jnp.float32), **self.episode_start(task, instruction))
         return self.observation_batch(state, params), state
 
     def step_batch(
         self, keys: jax.Array, state: EnvState, action: jax.Array, params: EnvParams
     ) -> tuple[jax.Array, EnvState, jax.Array, jax.Array, dict[str, jax.Array]]:
-        """Steps B environments.
-
-        Args:
-          keys: (B,) PRNG keys (unused: deterministic physics).
-          state: batched :class:`EnvState` (leading B).
-          action: (B,) int32 in [0, 40).
-          params: the level's :class:`EnvParams`.
-        Returns:
-          obs (B, 10+E) float32, next state, reward (B,) float32, done (B,) bool,
-          info {"success": (B,) bool, "truncated": (B,) bool}.
-        """
+        """Steps B environments (:meth:`TaskEnv.step_batch`): action (B,) int32 in [0, 40); the keys are unused
+        (deterministic physics); obs (B, 10+E)."""
         del keys
         batch = state.balls.shape[0]
         action = jnp.asarray(action, jnp.int32)

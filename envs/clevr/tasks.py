@@ -41,6 +41,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from imaginejax.envs.base import cached_level_goals, check_level
 from imaginejax.envs.clevr import physics
 
 N_BALLS: Final[int] = physics.N_BALLS
@@ -88,6 +89,7 @@ KIND_NAMES: Final[tuple[str, ...]] = ("relational", "push", "line", "gather")
 MAX_CLAUSES: Final[int] = 3
 GOAL_DIM: Final[int] = 2 + 3 * MAX_CLAUSES
 MAX_SUBCONDITIONS: Final[int] = 4
+ENV_TITLE: Final[str] = "CLEVR-Robot"  # in error messages
 LEVELS: Final[tuple[str, ...]] = ("train", "rephrase", "easy", "hard")
 NUM_HARD_TWO_CLAUSE: Final[int] = 40
 NUM_HARD_THREE_CLAUSE: Final[int] = 40
@@ -244,24 +246,15 @@ def hard_goals() -> np.ndarray:
     return np.stack(goals)
 
 
-_GOAL_CACHE: dict[str, np.ndarray] = {}
-
-
-def level_goals(level: str) -> np.ndarray:
-    """The goal table of a level, (K, GOAL_DIM) int32 (read-only; cached). train and rephrase share goals."""
-    if level not in LEVELS:
-        raise ValueError(f"unknown CLEVR-Robot level {level!r}; valid levels: {', '.join(LEVELS)}")
-    if level not in _GOAL_CACHE:
-        goals = {"train": relational_goals, "rephrase": relational_goals, "easy": push_goals, "hard": hard_goals}[level]()
-        goals.setflags(write=False)
-        _GOAL_CACHE[level] = goals
-    return _GOAL_CACHE[level]
+# level_goals(level) -> the goal table of a level, (K, GOAL_DIM) int32 (read-only; cached). train and
+# rephrase share goals.
+level_goals = cached_level_goals(ENV_TITLE, {"train": relational_goals, "rephrase": relational_goals,
+                                             "easy": push_goals, "hard": hard_goals})
 
 
 def level_max_steps(level: str) -> int:
     """Episode cap of a level: 1 for easy (one push), 50 otherwise."""
-    if level not in LEVELS:
-        raise ValueError(f"unknown CLEVR-Robot level {level!r}; valid levels: {', '.join(LEVELS)}")
+    check_level(ENV_TITLE, level, LEVELS)
     return 1 if level == "easy" else 50
 
 

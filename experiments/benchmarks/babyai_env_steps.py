@@ -34,9 +34,7 @@ The table is printed as markdown and written to ``results/benchmarks/babyai_env_
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -51,19 +49,15 @@ import numpy as np
 from imaginejax.envs.babyai import grid as G
 from imaginejax.envs.babyai import tasks as T
 from imaginejax.envs.babyai.env import BabyAI, make_params
+from _common import RESULTS, fmt_rate, machine_note, wall_times, write_results
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 ENV = BabyAI()
 
 
 def timed_seconds(run: Callable[[], object], repeats: int) -> tuple[float, float]:
     """(best, median) wall time of ``repeats`` calls of ``run``. The table reports the best: on a CPU
     shared with other processes, the fastest call is the one least disturbed by them."""
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
+    times = wall_times(run, repeats)
     return min(times), statistics.median(times)
 
 
@@ -266,7 +260,7 @@ def main() -> None:
     parser.add_argument("--python-steps", type=int, default=20000, help="steps of the Python loops")
     parser.add_argument("--minigrid-python", default=os.environ.get("MINIGRID_PYTHON", "/tmp/mgvenv/bin/python"),
                         help="interpreter of a scratch virtualenv with minigrid installed")
-    parser.add_argument("--out", type=Path, default=REPO_ROOT / "results" / "benchmarks")
+    parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
 
     load = os.getloadavg()
@@ -291,9 +285,6 @@ def main() -> None:
         rows.append(row)
         print(f"batch {batch}: ours {row['ours_steps_per_s']:,.0f} steps/s", flush=True)
 
-    def fmt(x: float | None) -> str:
-        return "n/a" if x is None else f"{x:,.0f}"
-
     lines = [
         "| batch | ours, E=0 (compile s) | ours, E=384 | (B, 17) array | vmap(single) | (17, B) array | "
         "jit call / step | NumPy loop | minigrid loop | ours / NumPy | ours / minigrid |",
@@ -303,9 +294,9 @@ def main() -> None:
         ours = r["ours_steps_per_s"]
         ratio_mg = "n/a" if minigrid_sps is None else f"{ours / minigrid_sps:,.0f}x"
         lines.append(
-            f"| {r['batch']} | {fmt(ours)} ({r['ours_compile_s']:.1f}) | {fmt(r['ours_e384_steps_per_s'])} | "
-            f"{fmt(r['leading_steps_per_s'])} | {fmt(r['vmap_steps_per_s'])} | {fmt(r['last_steps_per_s'])} | "
-            f"{fmt(r['call_per_step_steps_per_s'])} | {fmt(numpy_sps)} | {fmt(minigrid_sps)} | "
+            f"| {r['batch']} | {fmt_rate(ours)} ({r['ours_compile_s']:.1f}) | {fmt_rate(r['ours_e384_steps_per_s'])} | "
+            f"{fmt_rate(r['leading_steps_per_s'])} | {fmt_rate(r['vmap_steps_per_s'])} | {fmt_rate(r['last_steps_per_s'])} | "
+            f"{fmt_rate(r['call_per_step_steps_per_s'])} | {fmt_rate(numpy_sps)} | {fmt_rate(minigrid_sps)} | "
             f"{ours / numpy_sps:,.0f}x | {ratio_mg} |")
     notes = [
         "",
@@ -317,21 +308,13 @@ def main() -> None:
         f"NumPy loop: one environment with the same rules in Python, {args.python_steps} steps. minigrid loop: "
         f"`BabyAI-GoToLocal-v0` (8 × 8 room) of minigrid {minigrid_version or 'n/a'} in its own interpreter, "
         "`step` calls only.",
-        f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, load average "
-        f"{load[0]:.1f} before / {os.getloadavg()[0]:.1f} after the run (other processes share the cores); "
-        f"jax {jax.__version__}.",
+        machine_note(load[0], f"jax {jax.__version__}"),
     ]
-    table = "\n".join(lines + notes)
-    print()
-    print(table)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "babyai_env_steps.md").write_text(table + "\n", encoding="utf-8")
     meta = dict(jax=jax.__version__, minigrid=minigrid_version, cpus=os.cpu_count(), load_before=load[0],
                 load_after=os.getloadavg()[0], steps=args.steps, repeats=args.repeats,
                 python_steps=args.python_steps, numpy_steps_per_s=numpy_sps, minigrid_steps_per_s=minigrid_sps,
                 time=time.strftime("%Y-%m-%d %H:%M:%S"))
-    (args.out / "babyai_env_steps.json").write_text(json.dumps(dict(meta=meta, rows=rows), indent=2), encoding="utf-8")
-    print(f"\nwritten to {args.out}/babyai_env_steps.{{md,json}}")
+    write_results(args.out, "babyai_env_steps", "\n".join(lines + notes), meta, rows)
 
 
 if __name__ == "__main__":

@@ -25,10 +25,7 @@ warm-up (compile time reported separately). The table is printed as markdown and
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
-import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -40,19 +37,9 @@ import numpy as np
 
 from imaginejax.envs.cheetah import backends, tasks
 from imaginejax.envs.cheetah.env import HalfCheetah, make_params
+from _common import RESULTS, fmt_rate, machine_note, median_seconds, write_results
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 TASK_FORWARD_BACKWARD = 0  # row of the hard level: ends at t >= 199 at the earliest
-
-
-def median_seconds(run: Callable[[], object], repeats: int) -> float:
-    """Median wall time of ``repeats`` calls of ``run``."""
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def mlp_policy(key: jax.Array, obs_dim: int, hidden: int = 64) -> Callable[[jax.Array], jax.Array]:
@@ -127,7 +114,7 @@ def main() -> None:
     parser.add_argument("--mjx-steps", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=backends.default_threads(), help="MuJoCo C threads")
-    parser.add_argument("--out", type=Path, default=REPO_ROOT / "results" / "benchmarks")
+    parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     if max(args.steps, args.large_steps, args.mjx_steps) > 198:
         parser.error("scan lengths must stay below 199 (the task would start ending episodes)")
@@ -152,9 +139,6 @@ def main() -> None:
                          steps_per_s=sps, host_only_steps_per_s=None))
         print(f"mjx batch {batch}: {sps:,.0f} env steps/s, compile {compile_s:.1f} s", flush=True)
 
-    def fmt(x: float | None) -> str:
-        return "n/a" if x is None else f"{x:,.0f}"
-
     lines = [
         "| backend | batch | steps per call | compile s | env steps/s | host-only rollout steps/s | "
         "÷ Gymnasium loop |",
@@ -163,7 +147,7 @@ def main() -> None:
     ]
     for r in rows:
         lines.append(f"| {r['backend']} | {r['batch']} | {r['steps']} | {r['compile_s']:.1f} | "
-                     f"{fmt(r['steps_per_s'])} | {fmt(r['host_only_steps_per_s'])} | "
+                     f"{fmt_rate(r['steps_per_s'])} | {fmt_rate(r['host_only_steps_per_s'])} | "
                      f"{r['steps_per_s'] / gym_sps:.2f}x |")
     notes = [
         "",
@@ -172,21 +156,12 @@ def main() -> None:
         "and compute the task bookkeeping; the host-only column is the same batched mujoco.rollout "
         "calls from a Python loop with fixed actions; the Gymnasium row steps one env with pre-drawn "
         "actions (no policy).",
-        f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, load average "
-        f"{load[0]:.1f} before / {os.getloadavg()[0]:.1f} after the run (other processes share the "
-        f"cores); jax {jax.__version__}, mujoco {mujoco.__version__}.",
+        machine_note(load[0], f"jax {jax.__version__}, mujoco {mujoco.__version__}"),
     ]
-    table = "\n".join(lines + notes)
-    print()
-    print(table)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "cheetah_env_steps.md").write_text(table + "\n", encoding="utf-8")
     meta = dict(jax=jax.__version__, mujoco=mujoco.__version__, cpus=os.cpu_count(), load_before=load[0],
                 load_after=os.getloadavg()[0], repeats=args.repeats, threads=args.threads,
                 gymnasium_steps_per_s=gym_sps, time=time.strftime("%Y-%m-%d %H:%M:%S"))
-    (args.out / "cheetah_env_steps.json").write_text(json.dumps(dict(meta=meta, rows=rows), indent=2),
-                                                     encoding="utf-8")
-    print(f"\nwritten to {args.out}/cheetah_env_steps.{{md,json}}")
+    write_results(args.out, "cheetah_env_steps", "\n".join(lines + notes), meta, rows)
 
 
 if __name__ == "__main__":

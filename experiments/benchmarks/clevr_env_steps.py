@@ -24,10 +24,7 @@ printed as markdown and written to ``results/benchmarks/clevr_env_steps.{md,json
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
-import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -39,18 +36,8 @@ import numpy as np
 
 from imaginejax.envs.clevr import mujoco_ref
 from imaginejax.envs.clevr import physics as P
+from _common import RESULTS, fmt_rate, machine_note, median_seconds, write_results
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-def median_seconds(run: Callable[[], object], repeats: int) -> float:
-    """Median wall time of ``repeats`` calls of ``run``."""
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def make_states(batch: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -99,7 +86,7 @@ def main() -> None:
     parser.add_argument("--mujoco-subset", type=int, default=512,
                         help="largest number of pushes timed per MuJoCo measurement")
     parser.add_argument("--threads", type=int, default=2, help="mujoco.rollout threads")
-    parser.add_argument("--out", type=Path, default=REPO_ROOT / "results" / "benchmarks")
+    parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--skip-vmap", action="store_true", help="skip the vmap(single) layout")
     args = parser.parse_args()
 
@@ -136,9 +123,6 @@ def main() -> None:
     finally:
         roller.close()
 
-    def fmt(x: float | None) -> str:
-        return "n/a" if x is None else f"{x:,.0f}"
-
     lines = [
         "| batch | JAX batch-last (compile s) | JAX vmap(single) (compile s) | MuJoCo loop | "
         "MuJoCo loop, tol 1e-8 | MuJoCo rollout, "
@@ -150,12 +134,12 @@ def main() -> None:
         fastest = max(r["mujoco_loop_steps_per_s"], r["mujoco_loop_default_tol_steps_per_s"],
                       r["mujoco_rollout_steps_per_s"])
         vmap = ("n/a" if r["vmap_steps_per_s"] is None
-                else f"{fmt(r['vmap_steps_per_s'])} ({r['vmap_compile_s']:.1f})")
+                else f"{fmt_rate(r['vmap_steps_per_s'])} ({r['vmap_compile_s']:.1f})")
         lines.append(
-            f"| {r['batch']} | {fmt(r['jax_steps_per_s'])} ({r['jax_compile_s']:.1f}) | {vmap} | "
-            f"{fmt(r['mujoco_loop_steps_per_s'])}{star} | "
-            f"{fmt(r['mujoco_loop_default_tol_steps_per_s'])}{star} | "
-            f"{fmt(r['mujoco_rollout_steps_per_s'])}{star} | "
+            f"| {r['batch']} | {fmt_rate(r['jax_steps_per_s'])} ({r['jax_compile_s']:.1f}) | {vmap} | "
+            f"{fmt_rate(r['mujoco_loop_steps_per_s'])}{star} | "
+            f"{fmt_rate(r['mujoco_loop_default_tol_steps_per_s'])}{star} | "
+            f"{fmt_rate(r['mujoco_rollout_steps_per_s'])}{star} | "
             f"{r['jax_steps_per_s'] / r['mujoco_loop_steps_per_s']:.1f}x | "
             f"{r['jax_steps_per_s'] / r['mujoco_rollout_steps_per_s']:.1f}x | "
             f"{r['jax_steps_per_s'] / fastest:.1f}x |")
@@ -166,21 +150,12 @@ def main() -> None:
         f"{args.mujoco_subset} pushes of the batch (its cost per push does not depend on the batch).",
         "MuJoCo loop / rollout use scene.xml (exact solve: tolerance 0, <= 10 Newton iterations); "
         "'tol 1e-8' is MuJoCo's default solver tolerance.",
-        f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, load average "
-        f"{load[0]:.1f} before / {os.getloadavg()[0]:.1f} after the run (other processes share the "
-        f"cores); jax {jax.__version__}, mujoco {mujoco.__version__}.",
+        machine_note(load[0], f"jax {jax.__version__}, mujoco {mujoco.__version__}"),
     ]
-    table = "\n".join(lines + notes)
-    print()
-    print(table)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "clevr_env_steps.md").write_text(table + "\n", encoding="utf-8")
     meta = dict(jax=jax.__version__, mujoco=mujoco.__version__, cpus=os.cpu_count(), load_before=load[0],
                 load_after=os.getloadavg()[0],
                 repeats=args.repeats, threads=args.threads, time=time.strftime("%Y-%m-%d %H:%M:%S"))
-    (args.out / "clevr_env_steps.json").write_text(json.dumps(dict(meta=meta, rows=rows), indent=2),
-                                                   encoding="utf-8")
-    print(f"\nwritten to {args.out}/clevr_env_steps.{{md,json}}")
+    write_results(args.out, "clevr_env_steps", "\n".join(lines + notes), meta, rows)
 
 
 if __name__ == "__main__":

@@ -32,15 +32,13 @@ import dataclasses
 import json
 import os
 import platform
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-RESULTS = REPO_ROOT / "results" / "benchmarks"
+from _common import RESULTS, add_reference_arguments, run_torch_worker
+
 LORA_RANK, LORA_ALPHA = 16, 16.0
 LEARNING_RATE = 1e-4
 
@@ -255,14 +253,7 @@ def torch_worker(spec_path: Path, out_path: Path) -> None:
 
 
 def run_torch(ref_python: Path, cases: list[dict[str, Any]]) -> dict[str, Any] | None:
-    if not ref_python.exists():
-        print(f"no reference interpreter at {ref_python}: PyTorch side skipped", flush=True)
-        return None
-    with tempfile.TemporaryDirectory() as work:
-        spec, out = Path(work) / "spec.json", Path(work) / "out.json"
-        spec.write_text(json.dumps({"cases": cases}))
-        subprocess.run([str(ref_python), __file__, "--torch-worker", str(spec), str(out)], check=True)
-        return json.loads(out.read_text(encoding="utf-8"))
+    return run_torch_worker(ref_python, __file__, lambda: {"cases": cases})
 
 
 # ------------------------------------------------------------------------------------------ main
@@ -276,9 +267,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--length", type=int, default=128)
     parser.add_argument("--steps", type=int, default=3)
-    default_ref = os.environ.get("IMAGINEJAX_REF_PYTHON") or str(REPO_ROOT / ".venv-ref" / "bin" / "python")
-    parser.add_argument("--ref-python", type=Path, default=Path(default_ref))
-    parser.add_argument("--torch-worker", nargs=2, type=Path, help=argparse.SUPPRESS)
+    add_reference_arguments(parser)
     args = parser.parse_args()
     if args.torch_worker:
         torch_worker(*args.torch_worker)

@@ -28,15 +28,13 @@ import argparse
 import json
 import os
 import platform
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-RESULTS = REPO_ROOT / "results" / "benchmarks"
+from _common import RESULTS, add_reference_arguments, run_torch_worker
+
 PROMPT_TEXT = ("You control a robot arm above a table with five balls: red, blue, green, purple and "
                "cyan. Each step you push one ball in one of eight directions. Describe, step by step, "
                "how to move the red ball behind the blue ball and then the green ball to the left of "
@@ -154,16 +152,11 @@ def run_torch(ref_python: Path, prompts: dict[int, list[list[int]]], new_tokens:
               ) -> dict[str, Any] | None:
     from imaginejax.imaginer import smollm2_gguf_path
 
-    if not ref_python.exists():
-        print(f"no reference interpreter at {ref_python}: PyTorch side skipped", flush=True)
+    result = run_torch_worker(ref_python, __file__, lambda: {
+        "gguf": str(smollm2_gguf_path()), "new_tokens": new_tokens, "repeats": repeats,
+        "prompts": {str(b): ids for b, ids in prompts.items()}})
+    if result is None:
         return None
-    with tempfile.TemporaryDirectory() as work:
-        spec, out = Path(work) / "spec.json", Path(work) / "out.json"
-        spec.write_text(json.dumps({"gguf": str(smollm2_gguf_path()), "new_tokens": new_tokens,
-                                    "repeats": repeats,
-                                    "prompts": {str(b): ids for b, ids in prompts.items()}}))
-        subprocess.run([str(ref_python), __file__, "--torch-worker", str(spec), str(out)], check=True)
-        result = json.loads(out.read_text(encoding="utf-8"))
     result["rows"] = {int(b): row for b, row in result["rows"].items()}
     for batch, row in result["rows"].items():
         print(f"torch  batch {batch}: {row['tokens_per_s']:8.1f} tokens/s (best {row['seconds']:.3f} s)",
@@ -180,9 +173,7 @@ def main() -> None:
     parser.add_argument("--prompt-tokens", type=int, default=64)
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
-    default_ref = os.environ.get("IMAGINEJAX_REF_PYTHON") or str(REPO_ROOT / ".venv-ref" / "bin" / "python")
-    parser.add_argument("--ref-python", type=Path, default=Path(default_ref))
-    parser.add_argument("--torch-worker", nargs=2, type=Path, help=argparse.SUPPRESS)
+    add_reference_arguments(parser)
     args = parser.parse_args()
     if args.torch_worker:
         torch_worker(*args.torch_worker)

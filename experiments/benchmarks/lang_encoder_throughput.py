@@ -19,7 +19,6 @@ import os
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import jax
@@ -28,7 +27,7 @@ import numpy as np
 from imaginejax.lang import InstructionEncoder
 from imaginejax.paths import cache_root
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from _common import REPO_ROOT, best_seconds
 
 
 def make_instructions(count: int) -> list[str]:
@@ -44,16 +43,6 @@ def make_instructions(count: int) -> list[str]:
     if count > len(texts):
         raise ValueError(f"--count {count} exceeds the {len(texts)} distinct template instructions")
     return texts[:count]
-
-
-def best_seconds(run: Callable[[], object], repeats: int) -> float:
-    """Minimum wall time of ``repeats`` calls of ``run``."""
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 def torch_seconds(texts: list[str], model_dir: Path) -> tuple[float, str] | None:

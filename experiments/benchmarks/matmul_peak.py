@@ -27,13 +27,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
-import time
 from typing import Any, Callable, Iterator
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.extend import core as jex_core
+
+from _common import best_seconds
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,12 +142,7 @@ def matmul_peak(size: int = 2048, repeats: int = 7, key: jax.Array | None = None
     a, b = jax.random.normal(key, (2, size, size), jnp.float32)
     dot = jax.jit(jnp.dot).lower(a, b).compile()
     dot(a, b).block_until_ready()
-    best = math.inf
-    for _ in range(repeats):
-        start = time.perf_counter()
-        dot(a, b).block_until_ready()
-        best = min(best, time.perf_counter() - start)
-    return 2.0 * size**3 / best
+    return 2.0 * size**3 / best_seconds(lambda: dot(a, b).block_until_ready(), repeats)
 
 
 def chained_product_rate(batch: int = 256, width: int = 408, chain: int = 64, repeats: int = 7) -> float:
@@ -163,12 +159,7 @@ def chained_product_rate(batch: int = 256, width: int = 408, chain: int = 64, re
 
     compiled = jax.jit(run).lower(x, w).compile()
     compiled(x, w).block_until_ready()
-    best = math.inf
-    for _ in range(repeats):
-        start = time.perf_counter()
-        compiled(x, w).block_until_ready()
-        best = min(best, time.perf_counter() - start)
-    return 2.0 * batch * width * width * chain / best
+    return 2.0 * batch * width * width * chain / best_seconds(lambda: compiled(x, w).block_until_ready(), repeats)
 
 
 def main() -> None:
