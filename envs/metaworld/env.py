@@ -16,14 +16,14 @@ on a CPU):
   (:mod:`imaginejax.envs.mujoco_host`), reached through ``jax.pure_callback`` so reset and step work under
   ``jit``, ``vmap`` and ``lax.scan``, on Meta-World's own models. Rows of different tasks (different
   scenes) mix freely in one batch: one compiled step serves every task of a level.
-* ``"mjx"``: the step is pure JAX (:mod:`.mjx_backend`, ``mujoco.mjx``) on the MJX-friendly models of
+* ``"mjx"``: reset and step are pure JAX (:mod:`.mjx_backend`, ``mujoco.mjx``) on the MJX-friendly models of
   :mod:`.mjx_model` (cylinders as prisms, no margins, the floor and moving fixture parts × table
   filtered; each substitution's measured effect is documented there). ``tasks=`` names the tasks whose models the step compiles in
   (default all; a mixed batch evaluates every compiled model on every row under ``vmap``, so restrict it to
   the level's or one task's on accelerators); rows of other tasks come back NaN. The reset runs
-  Meta-World's reset procedure (250 MuJoCo steps of hand settling plus the task's writes) on MuJoCo C on the
-  same MJX-friendly models through ``pure_callback`` (once per episode), and hands the state over in
-  float32. ``phys``/``ctrl`` of :class:`EnvState` are then float32 vectors (host layouts) instead of
+  Meta-World's reset procedure (250 MuJoCo steps of hand settling plus the task's writes) in MJX too, with
+  the same physics kernel as the step (:meth:`.mjx_backend.MjxPhysics.reset`), so nothing leaves the
+  device. ``phys``/``ctrl`` of :class:`EnvState` are then float32 vectors (host layouts) instead of
   float64 bit patterns. On a CPU MJX is far slower than MuJoCo C (experiments/benchmarks/metaworld_mjx.py).
 
 Semantics (Meta-World v3, BENCHMARK §2.2):
@@ -44,7 +44,6 @@ Semantics (Meta-World v3, BENCHMARK §2.2):
 
 from __future__ import annotations
 
-import functools
 from typing import Final
 
 import chex
@@ -236,17 +235,17 @@ class MetaWorld(TaskEnv):
         ok = gap >= jnp.asarray(tasks.MIN_XY_GAP)[tid][:, None]
         rand = jnp.take_along_axis(cand, jnp.argmax(ok, axis=1)[:, None, None], axis=1)[:, 0]
 
-        host = self.host
-        exact = self.backend != "mjx"  # the host step keeps float64 bit patterns; the MJX step float32
-        callback = functools.partial(host._reset_callback, exact=exact)
-        pair, dtype = ((2,), jnp.uint32) if exact else ((), jnp.float32)
-        phys_shape, ctrl_shape = (host.state_width,) + pair, (host.control_width,) + pair
-        out_types = (jax.ShapeDtypeStruct((batch,) + phys_shape, dtype),
-                     jax.ShapeDtypeStruct((batch,) + ctrl_shape, dtype),
-                     jax.ShapeDtypeStruct((batch, tasks.CONST_DIM), jnp.float32),
-                     jax.ShapeDtypeStruct((batch, SENSOR_DIM), jnp.float32))
-        phys, ctrl, consts, sensors = jax.pure_callback(
-            callback, out_types, tid, rand.astype(jnp.float32), vmap_method="broadcast_all")
+        if self.backend == "mjx":  # Meta-World's reset procedure in JAX (float32), the step's physics kernel
+            phys, ctrl, consts, sensors = self.mjx.reset(tid, rand.astype(jnp.float32))
+        else:  # on the host (float64, bit-exact state)
+            host = self.host
+            out_types = (jax.ShapeDtypeStruct((batch, host.state_width, 2), jnp.uint32),
+                         jax.ShapeDtypeStruct((batch, host.control_width, 2), jnp.uint32),
+                         jax.ShapeDtypeStruct((batch, tasks.CONST_DIM), jnp.float32),
+                         jax.ShapeDtypeStruct((batch, SENSOR_DIM), jnp.float32))
+            phys, ctrl, consts, sensors = jax.pure_callback(
+                host._reset_callback, out_types, tid, rand.astype(jnp.float32),
+                vmap_method="broadcast_all")
 
         free = ~jnp.asarray(tasks.SLOT_USED)[tid]  # (B, 12)
         slot = jax.vmap(lambda k, f: jax.random.choice(k, tasks.NUM_SLOTS, p=f / f.sum()))(k_slot, free.astype(jnp.float32))

@@ -131,14 +131,15 @@ class MetaWorldHost:
         return out
 
     # ------------------------------------------------------------------ reset
-    def reset64(self, task: np.ndarray, rand: np.ndarray) -> dict[str, np.ndarray]:
-        """Meta-World's reset of each row (see the module docstring).
+    def reset_settle64(self, task: np.ndarray, rand: np.ndarray
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Steps 1-3 of Meta-World's reset (see the module docstring): the hand settled, before the task's
+        writes.
 
         Args:
-          task: (N,) int task ids.
-          rand: (N, RAND_DIM) random vectors (each task reads its first ``len(rand_low)`` entries).
-        Returns: float64 arrays ``state`` (N, S), ``control`` (N, C), ``consts`` (N, CONST_DIM) and
-          ``sensors`` (N, SENSOR_DIM) on the reset state.
+          task: (N,) int task ids; rand: (N, RAND_DIM) random vectors.
+        Returns: float64 state (N, S) at the end of the reset's stepping, control (N, C), the sensors MuJoCo
+          left right after ``_reset_hand`` (N, SENSOR_DIM) and at the end of the stepping (N, SENSOR_DIM).
         """
         task = np.asarray(task, np.int64).reshape(-1)
         rand = np.asarray(rand, np.float64).reshape(task.size, RAND_DIM)
@@ -165,6 +166,21 @@ class MetaWorldHost:
         state = states[np.arange(n), end]
         stale = sensors_t[:, RESET_STEPS - 1]          # MjData right after _reset_hand (no mj_forward)
         stale_end = sensors_t[np.arange(n), end]       # MjData at the end of the reset's stepping
+        return state, control, stale, stale_end
+
+    def reset64(self, task: np.ndarray, rand: np.ndarray) -> dict[str, np.ndarray]:
+        """Meta-World's reset of each row (see the module docstring).
+
+        Args:
+          task: (N,) int task ids.
+          rand: (N, RAND_DIM) random vectors (each task reads its first ``len(rand_low)`` entries).
+        Returns: float64 arrays ``state`` (N, S), ``control`` (N, C), ``consts`` (N, CONST_DIM) and
+          ``sensors`` (N, SENSOR_DIM) on the reset state.
+        """
+        task = np.asarray(task, np.int64).reshape(-1)
+        rand = np.asarray(rand, np.float64).reshape(task.size, RAND_DIM)
+        n = task.size
+        state, control, stale, stale_end = self.reset_settle64(task, rand)
         consts = np.zeros((n, CONST_DIM))
         sensors = np.zeros((n, scenes.SENSOR_DIM))
         sl = scenes.sensor_slices()
@@ -353,19 +369,14 @@ class MetaWorldHost:
                 pack64(new_control).reshape(lead + (self.control_width, 2)),
                 sensors.astype(np.float32).reshape(lead + (scenes.SENSOR_DIM,)))
 
-    def _reset_callback(self, task: np.ndarray, rand: np.ndarray, exact: bool = True) -> tuple[np.ndarray, ...]:
-        """Reset rows → state, control (``exact``: float64 bit patterns, else float32 for the MJX backend),
-        constants and sensors (float32)."""
+    def _reset_callback(self, task: np.ndarray, rand: np.ndarray) -> tuple[np.ndarray, ...]:
+        """Reset rows → state and control (float64 bit patterns), constants and sensors (float32)."""
         lead = np.shape(task)
         n = int(np.prod(lead))
         out = self.reset64(np.reshape(task, n), np.reshape(rand, (n, RAND_DIM)))
-        if exact:
-            state = pack64(out["state"]).reshape(lead + (self.state_width, 2))
-            control = pack64(out["control"]).reshape(lead + (self.control_width, 2))
-        else:
-            state = out["state"].astype(np.float32).reshape(lead + (self.state_width,))
-            control = out["control"].astype(np.float32).reshape(lead + (self.control_width,))
-        return (state, control, out["consts"].astype(np.float32).reshape(lead + (CONST_DIM,)),
+        return (pack64(out["state"]).reshape(lead + (self.state_width, 2)),
+                pack64(out["control"]).reshape(lead + (self.control_width, 2)),
+                out["consts"].astype(np.float32).reshape(lead + (CONST_DIM,)),
                 out["sensors"].astype(np.float32).reshape(lead + (scenes.SENSOR_DIM,)))
 
 

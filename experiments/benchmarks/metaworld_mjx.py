@@ -2,6 +2,7 @@
 
     python experiments/benchmarks/metaworld_mjx.py effect [--tasks reach push ...] [--episodes 2]
     python experiments/benchmarks/metaworld_mjx.py speed  [--tasks reach ...] [--batches 1 256 1024] [--steps 3]
+    python experiments/benchmarks/metaworld_mjx.py parity [--tasks reach ...] [--horizon 20]
 
 ``effect`` — the substitutions of :mod:`imaginejax.envs.metaworld.mjx_model` measured on MuJoCo C (no MJX
 involved): for each task and episode (reset vector drawn from a fixed key), the scripted expert
@@ -30,7 +31,14 @@ machine, so compile times are inflated several-fold): ``speed --tasks reach butt
 MJX at batch 256 (reach, ``--batches 256 --steps 1``) compiled in 408 s and was then killed by the kernel's
 OOM killer at 6.9 GB resident (the machine had ~6 GB free); batch 1024 was not attempted.
 
-Both write markdown and JSON to ``results/benchmarks/metaworld_mjx_{effect,speed}.{md,json}`` (or ``--out``).
+``parity`` — per task, MJX against MuJoCo C on the same MJX-friendly model: the reset in MJX
+(:meth:`MjxPhysics.reset`) against MuJoCo C's (``reset64``) from the same reset vector, then the scripted expert
+closed loop on MJX for ``--horizon`` steps and its actions replayed on MuJoCo C from the MJX reset state.
+Reported: the largest hand / object position difference (m) after the reset, at step 10 and over the horizon,
+the largest arm-joint difference after the reset (rad), MJX compile time, and whether the expert's episode
+succeeded on each backend within the horizon. One compiled kernel per task serves its reset and its steps.
+
+All modes write markdown and JSON to ``results/benchmarks/metaworld_mjx_{effect,speed}.{md,json}`` (or ``--out``).
 Wall-clock numbers: run on a quiet machine.
 """
 
@@ -184,6 +192,50 @@ def speed(names: tuple[str, ...], batches: tuple[int, ...], steps: int, budget: 
     return rows
 
 
+def parity(names: tuple[str, ...], horizon: int) -> list[dict]:
+    """Rows of the ``parity`` table (see the module docstring)."""
+    from imaginejax.envs.metaworld.mjx_backend import MjxPhysics
+
+    host = get_host(mjx_friendly=True)
+    sl = scenes.sensor_slices()
+    rows = []
+    for name in names:
+        k = tasks.TASK_INDEX[name]
+        physics = MjxPhysics(host, (name,))
+        rand = _rand(k, 1000 * k)
+        tk = jnp.asarray([k])
+        t0 = time.perf_counter()
+        p, c, consts, sensors = jax.block_until_ready(physics.reset(tk, jnp.asarray(rand[None], jnp.float32)))
+        reset_s = time.perf_counter() - t0  # compile + 250 steps
+        want = host.reset64(np.array([k]), rand[None])
+        qpos = host.state_layouts[k]["qpos"]
+        row = {"task": name, "reset_compile_run_s": reset_s,
+               "reset_hand": float(np.abs(np.asarray(sensors)[0, sl["hand"]] - want["sensors"][0, sl["hand"]]).max()),
+               "reset_obj": float(np.abs(np.asarray(sensors)[0, sl["obj"]] - want["sensors"][0, sl["obj"]]).max()),
+               "reset_consts": float(np.abs(np.asarray(consts)[0] - want["consts"][0]).max()),
+               "reset_arm_rad": float(np.abs(np.asarray(p)[0, qpos][:7] - want["state"][0, qpos][:7]).max())}
+        c_state, c_control = np.asarray(p, np.float64), np.asarray(c, np.float64)
+        consts = jnp.asarray(consts)
+        action, done = _observe(sensors, consts, tk)
+        d_hand, d_obj, ok_mjx, ok_c = [], [], False, False
+        for t in range(horizon):
+            a = np.asarray(action, np.float32)
+            p, c, sensors = physics.step(p, c, jnp.asarray(a), tk, jnp.ones(1, bool))
+            c_state, c_control, c_sensors = host.step64(c_state, c_control, a, np.array([k]))
+            got = np.asarray(sensors)
+            d_hand.append(float(np.abs(got[0, sl["hand"]] - c_sensors[0, sl["hand"]]).max()))
+            d_obj.append(float(np.abs(got[0, sl["obj"]] - c_sensors[0, sl["obj"]]).max()))
+            ok_c |= bool(_observe(jnp.asarray(c_sensors, jnp.float32), consts, tk)[1][0])
+            action, done = _observe(sensors, consts, tk)
+            ok_mjx |= bool(done[0])
+        row.update({"hand_10": d_hand[min(10, horizon) - 1], "hand_max": max(d_hand),
+                    "obj_10": d_obj[min(10, horizon) - 1], "obj_max": max(d_obj),
+                    "success_mjx": ok_mjx, "success_mujoco": ok_c})
+        rows.append(row)
+        print(row, flush=True)
+    return rows
+
+
 def _table(rows: list[dict]) -> str:
     keys = list(dict.fromkeys(k for r in rows for k in r))
     fmt = lambda v: "—" if v is None else (f"{v:.3g}" if isinstance(v, float) else str(v))  # noqa: E731
@@ -194,17 +246,22 @@ def _table(rows: list[dict]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("mode", choices=("effect", "speed"))
+    parser.add_argument("mode", choices=("effect", "speed", "parity"))
     parser.add_argument("--tasks", nargs="+", default=list(ALL_TASKS), choices=ALL_TASKS)
     parser.add_argument("--episodes", type=int, default=2)
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 256, 1024])
     parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--horizon", type=int, default=20, help="parity: environment steps after the reset")
     parser.add_argument("--budget", type=float, default=300.0, help="skip an MJX batch estimated to take longer (s)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     names = tuple(args.tasks)
-    rows = effect(names, args.episodes) if args.mode == "effect" else speed(names, tuple(args.batches), args.steps,
-                                                                           args.budget)
+    if args.mode == "effect":
+        rows = effect(names, args.episodes)
+    elif args.mode == "speed":
+        rows = speed(names, tuple(args.batches), args.steps, args.budget)
+    else:
+        rows = parity(names, args.horizon)
     conditions = {"machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
                   "jax": jax.__version__, "backend": jax.default_backend(), "argv": os.sys.argv[1:]}
     out = args.out or REPO_ROOT / "results" / "benchmarks" / f"metaworld_mjx_{args.mode}"
