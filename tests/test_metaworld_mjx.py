@@ -4,9 +4,12 @@ substitutions as documented) and MJX against MuJoCo C on those models over a sho
 MJX compiles slowly on a CPU (one environment step of reach: 258 s on a 2-core machine at load ~11), so the
 MJX-vs-MuJoCo-C agreement of the physics (reset's 250 settling steps, then 10 environment steps) is checked on
 one scene, ``reach`` (the Sawyer arm, fingers, a free puck on the table: every contact kind of the arm–object
-scenes), with one compiled physics kernel shared by the reset and the step. Every scene is covered by the
-put_model, layout, control and kinematics tests (mocap-placed fixtures; each task's reset writes on MuJoCo C's
-settled state, all 22 in one batch) and by ``experiments/benchmarks/metaworld_mjx.py``.
+scenes), with one compiled physics kernel shared by the reset and the step. Three more scenes (COVER_TASKS:
+hammer, soccer, locked-door-open) step from MuJoCo C's reset state: with reach they hold every kind of contact
+pair, joint and equality of the 22 scenes (checked by a test). Every scene is covered by the put_model, layout,
+control and kinematics tests (mocap-placed fixtures; each task's reset writes on MuJoCo C's settled state, all 22
+in one batch), and all 22 are compared over 20 expert steps by ``experiments/benchmarks/metaworld_mjx.py parity``
+(table in the README).
 """
 
 from __future__ import annotations
@@ -167,6 +170,13 @@ def test_backend_choice_and_bad_options_are_named() -> None:
         MetaWorld(backend="mjx", tasks=("reach-the-moon",))
     with pytest.raises(ValueError, match="MuJoCo C"):
         MetaWorld(backend="mujoco", tasks=("reach",))
+    with pytest.raises(ValueError, match="mjx_chunk"):
+        MetaWorld(backend="mujoco", mjx_chunk=8)
+    from imaginejax.envs.metaworld.mjx_backend import MjxPhysics
+
+    for bad in (0, -3, 2.5, True):
+        with pytest.raises(ValueError, match="chunk must be a positive number of rows"):
+            MjxPhysics(get_host(1, mjx_friendly=True), ("reach",), chunk=bad)
 
 
 def test_mocap_descendants_follow_the_mocap_pose(friendly_host) -> None:
@@ -283,3 +293,65 @@ def test_mjx_env_freezes_done_rows_and_marks_rows_of_other_tasks(mjx_env) -> Non
     assert float(reward[0]) == 0.0
     assert np.isnan(np.asarray(after.phys[1])).all()  # push is not compiled into this env's MJX step
     assert not bool(tasks.legal(after.vec[1]))  # and its state is flagged as illegal
+
+
+def _contact_kinds(model: mujoco.MjModel) -> set[tuple]:
+    """What a scene asks of MJX's physics: the geom-type pairs MJX collides (its static candidate pairs), the
+    joint kinds (type, limited) and the equality kinds."""
+    from mujoco.mjx._src import collision_driver  # the enumeration put_model uses
+
+    kinds = {("pair", int(model.geom_type[g1]), int(model.geom_type[g2]))
+             for g1, g2, _ in collision_driver.geom_pairs(model)}
+    kinds |= {("joint", int(model.jnt_type[j]), bool(model.jnt_limited[j])) for j in range(model.njnt)}
+    return kinds | {("eq", int(model.eq_type[e])) for e in range(model.neq)}
+
+
+# reach (tested above) and these three hold every kind of contact, joint and equality of the 22 scenes:
+# hammer (capsule–box/mesh: the fingers' capsules and the hammer, a free body of prisms resting on the table;
+# the largest MJX–C object gap of the parity table), soccer (sphere–box/mesh: the ball), locked-door-open (the
+# latch's joint equality, the door on its frame). test_contact_kinds_of_every_scene_are_covered checks the claim.
+COVER_TASKS = ("hammer", "soccer", "locked-door-open")
+COVER_STEPS = 4  # environment steps (20 MuJoCo steps) from MuJoCo C's reset state
+
+
+def test_contact_kinds_of_every_scene_are_covered(friendly_host) -> None:
+    covered = set().union(*(_contact_kinds(friendly_host.models[tasks.TASK_INDEX[n]])
+                            for n in (PARITY_TASK,) + COVER_TASKS))
+    for t in tasks.TASKS:
+        missing = _contact_kinds(friendly_host.models[tasks.TASK_INDEX[t.name]]) - covered
+        assert not missing, f"{t.name} has physics no MJX parity test steps: {missing}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", COVER_TASKS)
+def test_mjx_steps_agree_with_mujoco_c_on_every_contact_kind(friendly_host, name) -> None:
+    """From MuJoCo C's reset state (objects resting on the table, the door on its frame, the latch engaged),
+    MJX (float32) and MuJoCo C (float64) step the MJX-friendly model under the same actions: every observable
+    position within POS_TOL m. Three rows in chunks of two (``chunk``: rows 0–1 vmapped together, row 2 alone),
+    so each row's agreement with its own MuJoCo C row also checks that chunking keeps rows apart."""
+    from imaginejax.envs.metaworld.mjx_backend import MjxPhysics
+
+    physics = MjxPhysics(friendly_host, (name,), chunk=2)
+    k = tasks.TASK_INDEX[name]
+    batch = 3
+    rng = np.random.default_rng(11)
+    rand = tasks.RAND_LOW[k] + rng.uniform(size=(batch, tasks.RAND_DIM)) * (tasks.RAND_HIGH[k] - tasks.RAND_LOW[k])
+    out = friendly_host.reset64(np.full(batch, k), rand)
+    c_state, c_control = out["state"], out["control"]
+    phys, ctrl = jnp.asarray(c_state, jnp.float32), jnp.asarray(c_control, jnp.float32)
+    task, active = jnp.full(batch, k), jnp.ones(batch, bool)
+    sl = scenes.sensor_slices()
+    pos = np.r_[sl["hand"], sl["rclaw"], sl["lclaw"], sl["ree"], sl["lee"], sl["lpad"], sl["rpad"], sl["obj"],
+                sl["obj2"], sl["extra"]]
+    step = jax.jit(physics.step)
+    worst = 0.0
+    for t in range(COVER_STEPS):
+        action = _actions(t, batch)
+        phys, ctrl, sensors = step(phys, ctrl, jnp.asarray(action), task, active)
+        c_state, c_control, c_sensors = friendly_host.step64(c_state, c_control, action, np.full(batch, k))
+        got = np.asarray(sensors, np.float64)
+        worst = max(worst, float(np.abs(got[:, pos] - c_sensors[:, pos]).max()))
+        np.testing.assert_allclose(got[:, pos], c_sensors[:, pos], atol=POS_TOL, err_msg=f"{name}, step {t}")
+        np.testing.assert_allclose(np.asarray(ctrl), c_control, atol=1e-6)
+    assert len({tuple(np.round(r, 6)) for r in np.asarray(sensors)[:, pos]}) == batch  # rows differ
+    print(f"{name}: max |MJX - MuJoCo C| over {COVER_STEPS} steps: {worst:.2e} m")

@@ -44,7 +44,7 @@ Semantics (Meta-World v3, BENCHMARK §2.2):
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Final, Literal
 
 import chex
 import jax
@@ -65,6 +65,7 @@ RESET_CANDIDATES: Final[int] = 16  # random vectors drawn per reset for Meta-Wor
 DISTRACTOR_LOW: Final[np.ndarray] = np.array([-0.3, 0.45, 0.0], np.float32)
 DISTRACTOR_HIGH: Final[np.ndarray] = np.array([0.3, 0.9, 0.3], np.float32)
 DISTRACTOR_JITTER: Final[float] = 0.005
+CPU_MJX_CHUNK: Final[int] = 4  # rows per MJX chunk on a CPU (MetaWorld(mjx_chunk="auto"); mjx_backend.MjxPhysics)
 
 
 @struct.dataclass
@@ -133,6 +134,9 @@ class MetaWorld(TaskEnv):
       nthread: MuJoCo C threads (default: all usable CPUs).
       backend: "auto" (MJX on an accelerator, MuJoCo C on a CPU), "mujoco" or "mjx".
       tasks: MJX only: names of the tasks whose models the step compiles in (default: all 22).
+      mjx_chunk: MJX only: rows the physics kernel simulates together (:class:`.mjx_backend.MjxPhysics`
+        ``chunk``; None: the whole batch in one vmap). Default "auto": None on an accelerator, 4 on a CPU (where
+        vmapping MJX buys nothing and large vmaps run out of memory: measured in that docstring).
     Raises:
       ValueError: unknown backend or task name; ``tasks`` with the MuJoCo C backend.
     """
@@ -151,9 +155,15 @@ class MetaWorld(TaskEnv):
     legal = staticmethod(tasks.legal)
 
     def __init__(self, nthread: int | None = None, backend: Backend = "auto",
-                 tasks: tuple[str, ...] | None = None) -> None:
+                 tasks: tuple[str, ...] | None = None, mjx_chunk: int | None | Literal["auto"] = "auto") -> None:
         self._nthread = nthread
         self.backend = resolve_backend(backend)
+        if mjx_chunk not in (None, "auto") and self.backend != "mjx":
+            raise ValueError("mjx_chunk sets how many rows the MJX kernel simulates together; the MuJoCo C backend "
+                             "has none (drop mjx_chunk= or use backend='mjx')")
+        if mjx_chunk == "auto":
+            mjx_chunk = CPU_MJX_CHUNK if self.backend == "mjx" and jax.default_backend() == "cpu" else None
+        self._mjx_chunk = mjx_chunk
         if tasks is not None and self.backend != "mjx":
             raise ValueError("tasks= selects the models compiled into the MJX step; the MuJoCo C backend serves "
                              "every task (drop tasks= or use backend='mjx')")
@@ -165,7 +175,8 @@ class MetaWorld(TaskEnv):
         self._mjx = None
 
     def __repr__(self) -> str:
-        return f"MetaWorld(backend={self.backend!r}, nthread={self._nthread}, tasks={self._mjx_tasks})"
+        return (f"MetaWorld(backend={self.backend!r}, nthread={self._nthread}, tasks={self._mjx_tasks}, "
+                f"mjx_chunk={self._mjx_chunk})")
 
     @property
     def host(self):
@@ -181,7 +192,7 @@ class MetaWorld(TaskEnv):
         if self._mjx is None:
             from imaginejax.envs.metaworld.mjx_backend import MjxPhysics
 
-            self._mjx = MjxPhysics(self.host, self._mjx_tasks)
+            self._mjx = MjxPhysics(self.host, self._mjx_tasks, chunk=self._mjx_chunk)
         return self._mjx
 
     @staticmethod

@@ -2,6 +2,7 @@
 
     python experiments/benchmarks/metaworld_mjx.py effect [--tasks reach push ...] [--episodes 2]
     python experiments/benchmarks/metaworld_mjx.py speed  [--tasks reach ...] [--batches 1 256 1024] [--steps 3]
+                                                          [--chunk 16] [--reference-python .venv-metaworld/bin/python]
     python experiments/benchmarks/metaworld_mjx.py parity [--tasks reach ...] [--horizon 20]
 
 ``effect`` — the substitutions of :mod:`imaginejax.envs.metaworld.mjx_model` measured on MuJoCo C (no MJX
@@ -14,8 +15,12 @@ hand and object position difference (m) between the two after 10 steps, 50 steps
 ``speed`` — per task: MJX compile time of one jitted environment step (5 MuJoCo steps + observables),
 candidate geom pairs and the static contact count ``ncon`` of the MJX model, and environment steps/s at each
 batch size of MJX (``jit(MjxPhysics.step)``, rows of the one task) against MuJoCo C on the same
-MJX-friendly models (``MetaWorldHost.step64``, all threads, at least 20 steps) in the same run. Each MJX
-measurement runs at most ``--steps`` steps (and is skipped past ``--budget`` s of estimated time). Run
+MJX-friendly models (``MetaWorldHost.step64``, all threads, at least 20 steps) and against the alternative a
+user would pick, the ``metaworld`` package's env of the task in a Python loop (500 random-action steps in the
+reference interpreter ``--reference-python``, metaworld 3.1.1 on its pinned MuJoCo), in the same run; the
+``*_ratio`` columns are env steps/s over that loop's. Also MuJoCo C's active contacts on the reset state. Each MJX
+measurement runs at most ``--steps`` steps (and is skipped past ``--budget`` s of estimated time); ``--chunk``
+bounds the rows MJX simulates together (:class:`~imaginejax.envs.metaworld.mjx_backend.MjxPhysics`). Run
 under ``timeout``: MJX on a CPU compiles for minutes and steps slowly (ARCHITECTURE.md, "Measured").
 
 Measured (2026-11-22, 2 shared CPU cores at load average 11–19, jax 0.12.0.1, mujoco-mjx 3.17; not a quiet
@@ -66,6 +71,7 @@ from imaginejax.envs.metaworld.host import get_host
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ALL_TASKS = tuple(t.name for t in tasks.TASKS)
 C_STEPS = 20  # MuJoCo C steps per measurement (at least)
+REFERENCE_STEPS = 500  # steps of the metaworld package's env per measurement
 
 
 def _rand(task: int, seed: int) -> np.ndarray:
@@ -149,20 +155,31 @@ def effect(names: tuple[str, ...], episodes: int) -> list[dict]:
     return rows
 
 
-def speed(names: tuple[str, ...], batches: tuple[int, ...], steps: int, budget: float) -> list[dict]:
+def speed(names: tuple[str, ...], batches: tuple[int, ...], steps: int, budget: float, chunk: int | None,
+          reference_python: Path) -> list[dict]:
     """Rows of the ``speed`` table (see the module docstring)."""
+    import mujoco
     from mujoco import mjx
 
     from imaginejax.envs.metaworld.mjx_backend import MjxPhysics
+    from metaworld_env_steps import time_reference
 
     host = get_host(mjx_friendly=True)
     rows = []
     for name in names:
         k = tasks.TASK_INDEX[name]
-        physics = MjxPhysics(host, (name,))
+        physics = MjxPhysics(host, (name,), chunk=chunk)
         ncon = int(mjx.make_data(physics.mjx_models[0])._impl.contact.dist.shape[0])
         step = jax.jit(physics.step)
-        row = {"task": name, "pairs": mjx_model.candidate_pairs(physics.models[0]), "ncon": ncon}
+        ref = time_reference(reference_python, REFERENCE_STEPS, (name,))
+        out = host.reset64(np.array([k]), _rand(k, 0)[None])
+        m = physics.models[0]
+        d = mujoco.MjData(m)  # MuJoCo C's active contacts on the reset state
+        layout = host.state_layouts[k]
+        d.qpos[:], d.qvel[:] = out["state"][0, layout["qpos"]], out["state"][0, layout["qvel"]]
+        mujoco.mj_forward(m, d)
+        row = {"task": name, "pairs": mjx_model.candidate_pairs(m), "ncon": ncon, "active_contacts_reset": int(d.ncon),
+               "chunk": chunk, "metaworld_loop": None if ref is None else ref["env_steps"] / ref["seconds"]}
         per_row_s = None
         for b in batches:
             out = host.reset64(np.full(b, k), np.stack([_rand(k, i) for i in range(b)]))
@@ -182,16 +199,20 @@ def speed(names: tuple[str, ...], batches: tuple[int, ...], steps: int, budget: 
             p, c = jnp.asarray(out["state"], jnp.float32), jnp.asarray(out["control"], jnp.float32)
             tk, act = jnp.asarray(task), jnp.ones(b, bool)
             t0 = time.perf_counter()
-            jax.block_until_ready(step.lower(p, c, jnp.asarray(actions[0]), tk, act).compile())
-            row[f"compile_b{b}_s"] = time.perf_counter() - t0
-            jax.block_until_ready(step(p, c, jnp.asarray(actions[0]), tk, act))  # warm-up
+            compiled = step.lower(p, c, jnp.asarray(actions[0]), tk, act).compile()  # called directly: no
+            row[f"compile_b{b}_s"] = time.perf_counter() - t0                      # second compile, no warm-up
             t0 = time.perf_counter()
             for a in actions:
-                p, c, s = step(p, c, jnp.asarray(a), tk, act)
+                p, c, s = compiled(p, c, jnp.asarray(a), tk, act)
             jax.block_until_ready(s)
             elapsed = time.perf_counter() - t0
             row[f"mjx_b{b}"] = b * steps / elapsed
             per_row_s = elapsed / (b * steps)
+        if row["metaworld_loop"]:
+            for b in batches:
+                for backend in ("mujoco", "mjx"):
+                    if row.get(f"{backend}_b{b}") is not None:
+                        row[f"{backend}_b{b}_ratio"] = row[f"{backend}_b{b}"] / row["metaworld_loop"]
         rows.append(row)
         print(row, flush=True)
     return rows
@@ -254,17 +275,23 @@ def main() -> None:
     parser.add_argument("mode", choices=("effect", "speed", "parity"))
     parser.add_argument("--tasks", nargs="+", default=list(ALL_TASKS), choices=ALL_TASKS)
     parser.add_argument("--episodes", type=int, default=2)
-    parser.add_argument("--batches", type=int, nargs="+", default=[1, 256, 1024])
+    parser.add_argument("--batches", type=int, nargs="*", default=[1, 256, 1024],
+                        help="speed: batch sizes (none: only the contact counts and the metaworld loop)")
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--horizon", type=int, default=20, help="parity: environment steps after the reset")
     parser.add_argument("--budget", type=float, default=300.0, help="skip an MJX batch estimated to take longer (s)")
+    parser.add_argument("--chunk", type=int, default=None,
+                        help="speed: rows the MJX kernel simulates together (MjxPhysics chunk; default all)")
+    parser.add_argument("--reference-python", type=Path,
+                        default=Path(os.environ.get("IMAGINEJAX_METAWORLD_PYTHON", REPO_ROOT / ".venv-metaworld/bin/python")),
+                        help="speed: interpreter with the metaworld package (its env in a Python loop is the baseline)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     names = tuple(args.tasks)
     if args.mode == "effect":
         rows = effect(names, args.episodes)
     elif args.mode == "speed":
-        rows = speed(names, tuple(args.batches), args.steps, args.budget)
+        rows = speed(names, tuple(args.batches), args.steps, args.budget, args.chunk, args.reference_python)
     else:
         rows = parity(names, args.horizon)
     conditions = {"machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
