@@ -43,6 +43,12 @@ def _scene_keys() -> dict[tuple[str, str | None], str]:
     return out
 
 
+def _uniform_rand(ids: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """(N, RAND_DIM) reset vectors drawn uniformly in each row's task range (``ids`` (N,) task ids)."""
+    low, high = tasks.RAND_LOW[ids], tasks.RAND_HIGH[ids]
+    return low + rng.uniform(size=low.shape) * (high - low)
+
+
 @pytest.fixture(scope="module")
 def friendly_host():
     return get_host(1, mjx_friendly=True)
@@ -209,9 +215,7 @@ def test_reset_writes_of_every_task_agree_with_mujoco_c(friendly_host) -> None:
 
     physics = MjxPhysics(friendly_host)
     ids = np.arange(len(tasks.TASKS))
-    rng = np.random.default_rng(4)
-    rand = np.stack([tasks.RAND_LOW[k] + rng.uniform(size=tasks.RAND_DIM) * (tasks.RAND_HIGH[k] - tasks.RAND_LOW[k])
-                     for k in ids])
+    rand = _uniform_rand(ids, np.random.default_rng(4))
     settled = friendly_host.reset_settle64(ids, rand)
     want = friendly_host.reset64(ids, rand)
     phys, ctrl, consts, sensors = jax.jit(physics.reset_finish)(ids, *settled[:2], rand, *settled[2:])
@@ -334,8 +338,7 @@ def test_mjx_steps_agree_with_mujoco_c_on_every_contact_kind(friendly_host, name
     physics = MjxPhysics(friendly_host, (name,), chunk=2)
     k = tasks.TASK_INDEX[name]
     batch = 3
-    rng = np.random.default_rng(11)
-    rand = tasks.RAND_LOW[k] + rng.uniform(size=(batch, tasks.RAND_DIM)) * (tasks.RAND_HIGH[k] - tasks.RAND_LOW[k])
+    rand = _uniform_rand(np.full(batch, k), np.random.default_rng(11))
     out = friendly_host.reset64(np.full(batch, k), rand)
     c_state, c_control = out["state"], out["control"]
     phys, ctrl = jnp.asarray(c_state, jnp.float32), jnp.asarray(c_control, jnp.float32)

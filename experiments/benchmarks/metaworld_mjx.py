@@ -66,7 +66,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from imaginejax.envs.metaworld import mjx_model, scenes, tasks
-from imaginejax.envs.metaworld.host import get_host
+from imaginejax.envs.metaworld.host import CONTROL_SPEC, get_host
+from imaginejax.envs.mujoco_host import FULLPHYSICS
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ALL_TASKS = tuple(t.name for t in tasks.TASKS)
@@ -174,9 +175,9 @@ def speed(names: tuple[str, ...], batches: tuple[int, ...], steps: int, budget: 
         ref = time_reference(reference_python, REFERENCE_STEPS, (name,))
         out = host.reset64(np.array([k]), _rand(k, 0)[None])
         m = physics.models[0]
-        d = mujoco.MjData(m)  # MuJoCo C's active contacts on the reset state
-        layout = host.state_layouts[k]
-        d.qpos[:], d.qvel[:] = out["state"][0, layout["qpos"]], out["state"][0, layout["qvel"]]
+        d = mujoco.MjData(m)  # MuJoCo C's active contacts on the reset state (fixtures at their mocap poses)
+        mujoco.mj_setState(m, d, out["state"][0, : host.stepper.state_sizes[k]], FULLPHYSICS)
+        mujoco.mj_setState(m, d, out["control"][0, : host.stepper.control_sizes[k]], CONTROL_SPEC)
         mujoco.mj_forward(m, d)
         row = {"task": name, "pairs": mjx_model.candidate_pairs(m), "ncon": ncon, "active_contacts_reset": int(d.ncon),
                "chunk": chunk, "metaworld_loop": None if ref is None else ref["env_steps"] / ref["seconds"]}
