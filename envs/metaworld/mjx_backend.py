@@ -32,9 +32,10 @@ The reset of a row (what :meth:`.host.MetaWorldHost.reset64` does on MuJoCo C, s
    ``mjx.kinematics`` of the written state where Meta-World reads after ``mj_forward``); the first
    observation is the stale one for :data:`.host.STALE_RESET_OBSERVATION`, else the written state's.
 
-Agreement with MuJoCo C on the same models (tests/test_metaworld_mjx.py, tests/test_metaworld_mjx_parity.py;
-float32 against float64): the reset state, constants and first observation within 1e-4 (positions, m) after
-the 250 settling steps; the step in the parity table of experiments/benchmarks/metaworld_mjx_parity.py.
+Agreement with MuJoCo C on the same models (tests/test_metaworld_mjx.py; float32 against float64): the
+reset state, constants and first observation after the 250 settling steps, and short step sequences on scenes
+that together hold every contact kind of the 22; per task, the parity table of
+``experiments/benchmarks/metaworld_mjx.py parity`` (README).
 
 Rows of different tasks. Each task has its own model; a batch may mix tasks, so a row selects its model
 with ``lax.switch`` — which, under ``vmap``, evaluates *every* model on every row and keeps the row's own.

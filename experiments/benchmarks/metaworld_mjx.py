@@ -3,7 +3,7 @@
     python experiments/benchmarks/metaworld_mjx.py effect [--tasks reach push ...] [--episodes 2]
     python experiments/benchmarks/metaworld_mjx.py speed  [--tasks reach ...] [--batches 1 256 1024] [--steps 3]
                                                           [--chunk 16] [--reference-python .venv-metaworld/bin/python]
-    python experiments/benchmarks/metaworld_mjx.py parity [--tasks reach ...] [--horizon 20]
+    python experiments/benchmarks/metaworld_mjx.py parity [--tasks reach ...] [--horizon 20] [--dtype float64]
 
 ``effect`` — the substitutions of :mod:`imaginejax.envs.metaworld.mjx_model` measured on MuJoCo C (no MJX
 involved): for each task and episode (reset vector drawn from a fixed key), the scripted expert
@@ -46,7 +46,9 @@ succeeded on each backend within the horizon. One compiled kernel per task serve
 Measured (2026-11-22, load 1–2, ``parity --horizon 20``; table in the README): on all 22 tasks the reset within
 1.6e-3 m (hand, constants; ≤ 3.1e-4 m except door-close) and 1.5e-2 rad (arm joints: the null space of the hand's
 mocap weld), then over 20 expert steps hand ≤ 1.8e-3 m and objects ≤ 5.4e-3 m (hammer, door-close; ≤ 1.4e-4 m
-elsewhere); compile + reset 60–165 s per task.
+elsewhere); compile + reset 60–165 s per task. ``--dtype float64`` on door-close and hammer (2026-11-25) gives
+the same differences, so they are the backends' contact handling, not float32: the hammer starts 1.0–2.8 cm
+inside the table (Meta-World's reset pose) and door-close's door 1 mm into the lock's box.
 
 All modes write markdown and JSON to ``results/benchmarks/metaworld_mjx_{effect,speed}.{md,json}`` (or ``--out``).
 Wall-clock numbers: run on a quiet machine.
@@ -219,8 +221,8 @@ def speed(names: tuple[str, ...], batches: tuple[int, ...], steps: int, budget: 
     return rows
 
 
-def parity(names: tuple[str, ...], horizon: int) -> list[dict]:
-    """Rows of the ``parity`` table (see the module docstring)."""
+def parity(names: tuple[str, ...], horizon: int, dtype: str = "float32") -> list[dict]:
+    """Rows of the ``parity`` table (see the module docstring); ``dtype`` the MJX precision."""
     from imaginejax.envs.metaworld.mjx_backend import MjxPhysics
 
     host = get_host(mjx_friendly=True)
@@ -228,11 +230,11 @@ def parity(names: tuple[str, ...], horizon: int) -> list[dict]:
     rows = []
     for name in names:
         k = tasks.TASK_INDEX[name]
-        physics = MjxPhysics(host, (name,))
+        physics = MjxPhysics(host, (name,), dtype=jnp.dtype(dtype))
         rand = _rand(k, 1000 * k)
         tk = jnp.asarray([k])
         t0 = time.perf_counter()
-        p, c, consts, sensors = jax.block_until_ready(physics.reset(tk, jnp.asarray(rand[None], jnp.float32)))
+        p, c, consts, sensors = jax.block_until_ready(physics.reset(tk, jnp.asarray(rand[None], dtype)))
         reset_s = time.perf_counter() - t0  # compile + 250 steps
         want = host.reset64(np.array([k]), rand[None])
         qpos = host.state_layouts[k]["qpos"]
@@ -242,18 +244,18 @@ def parity(names: tuple[str, ...], horizon: int) -> list[dict]:
                "reset_consts": float(np.abs(np.asarray(consts)[0] - want["consts"][0]).max()),
                "reset_arm_rad": float(np.abs(np.asarray(p)[0, qpos][:7] - want["state"][0, qpos][:7]).max())}
         c_state, c_control = np.asarray(p, np.float64), np.asarray(c, np.float64)
-        consts = jnp.asarray(consts)
-        action, done = _observe(sensors, consts, tk)
+        consts = jnp.asarray(consts, jnp.float32)  # the expert runs in float32 whatever the MJX precision
+        action, done = _observe(jnp.asarray(sensors, jnp.float32), consts, tk)
         d_hand, d_obj, ok_mjx, ok_c = [], [], False, False
         for t in range(horizon):
             a = np.asarray(action, np.float32)
-            p, c, sensors = physics.step(p, c, jnp.asarray(a), tk, jnp.ones(1, bool))
+            p, c, sensors = physics.step(p, c, jnp.asarray(a, dtype), tk, jnp.ones(1, bool))
             c_state, c_control, c_sensors = host.step64(c_state, c_control, a, np.array([k]))
             got = np.asarray(sensors)
             d_hand.append(float(np.abs(got[0, sl["hand"]] - c_sensors[0, sl["hand"]]).max()))
             d_obj.append(float(np.abs(got[0, sl["obj"]] - c_sensors[0, sl["obj"]]).max()))
             ok_c |= bool(_observe(jnp.asarray(c_sensors, jnp.float32), consts, tk)[1][0])
-            action, done = _observe(sensors, consts, tk)
+            action, done = _observe(jnp.asarray(sensors, jnp.float32), consts, tk)
             ok_mjx |= bool(done[0])
         row.update({"hand_10": d_hand[min(10, horizon) - 1], "hand_max": max(d_hand),
                     "obj_10": d_obj[min(10, horizon) - 1], "obj_max": max(d_obj),
@@ -286,15 +288,20 @@ def main() -> None:
     parser.add_argument("--reference-python", type=Path,
                         default=Path(os.environ.get("IMAGINEJAX_METAWORLD_PYTHON", REPO_ROOT / ".venv-metaworld/bin/python")),
                         help="speed: interpreter with the metaworld package (its env in a Python loop is the baseline)")
+    parser.add_argument("--dtype", choices=("float32", "float64"), default="float32",
+                        help="parity: MJX precision (float64 enables jax_enable_x64: it separates float32 rounding "
+                             "from differences of MJX's algorithms)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
+    if args.dtype == "float64":
+        jax.config.update("jax_enable_x64", True)
     names = tuple(args.tasks)
     if args.mode == "effect":
         rows = effect(names, args.episodes)
     elif args.mode == "speed":
         rows = speed(names, tuple(args.batches), args.steps, args.budget, args.chunk, args.reference_python)
     else:
-        rows = parity(names, args.horizon)
+        rows = parity(names, args.horizon, args.dtype)
     conditions = {"machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
                   "jax": jax.__version__, "backend": jax.default_backend(), "argv": os.sys.argv[1:]}
     out = args.out or REPO_ROOT / "results" / "benchmarks" / f"metaworld_mjx_{args.mode}"
