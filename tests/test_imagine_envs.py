@@ -1,6 +1,7 @@
-"""The imaginer on every environment that has one (BabyAI, HalfCheetah, Meta-World; CLEVR is in
+"""The imaginer on every environment that has one (BabyAI, HalfCheetah, Meta-World, LIBERO; CLEVR is in
 test_imagine.py): generation with tiny hand-built models stops each row when the environment's own
-success predicate holds — HalfCheetah's through the running quantities (Σ dx, carried per row) —
+success predicate holds — HalfCheetah's and LIBERO's through the running quantities (Σ dx; the
+episode's start and sub-goal stage, carried per row) —
 with the environment's rewards, writes valid datasets and drops non-finite rows; the quality
 adapters score real trajectories as the environment saw them (goal consistency = the episodes'
 own success, HalfCheetah's re-simulated transitions ≈ 0 error) and hand-edited states with the
@@ -21,6 +22,8 @@ from imaginejax.data.types import TrajectoryDataset
 from imaginejax.data.validate import validate_dataset
 from imaginejax.envs import make
 from imaginejax.envs.cheetah import tasks as ct
+from imaginejax.envs.libero import model as lm
+from imaginejax.envs.libero import tasks as lt
 from imaginejax.envs.metaworld import tasks as mt
 from imaginejax.imaginer.imagine import (
     ImaginationError,
@@ -33,7 +36,9 @@ from imaginejax.imaginer.kalm import rollout_prompts
 from imaginejax.imaginer.quality import (
     CHEETAH_ERROR_SCALE,
     cheetah_violations,
+    libero_violations,
     metaworld_violations,
+    project_libero,
     quality_adapter,
     quality_report,
     score_dataset,
@@ -73,11 +78,25 @@ def env_imaginer(env_name: str, **kwargs: Any):
                          fixed_action=1, **kwargs)
 
 
+def check_successful_expert_scores(ds: TrajectoryDataset, no_simulator: str) -> None:
+    """Expert trajectories that all succeed, of an environment without a simulator check: the
+    report's step-by-step success is the environment's own terminals, every state is legal, goal
+    consistency is 1 and the transition columns say why they are missing (``no_simulator``)."""
+    assert ds.terminals.any(axis=1).all()
+    scores = score_dataset(ds)
+    np.testing.assert_array_equal(scores.step_success, ds.terminals)
+    assert scores.legal_next[ds.mask].all() and scores.legal_initial.all()
+    assert not scores.simulated and np.isnan(scores.transition_error).all()
+    summary = summarize(scores)
+    assert summary["goal_consistency"] == 1.0 and summary["exceeds_dynamics_rate"] is None
+    assert f"Transitions were not checked: {no_simulator}" in quality_report(ds).to_markdown()
+
+
 # --------------------------------------------------------------------------------------- generation
 
 
 # Shapes shared by the tests of one environment, so its generation compiles once (rows, horizon).
-SHAPES = {"babyai": (2, 4), "cheetah": (2, 16), "metaworld": (2, 5)}
+SHAPES = {"babyai": (2, 4), "cheetah": (2, 16), "metaworld": (2, 5), "libero": (2, 4)}
 
 
 def check_rewards_and_stops(env_name: str, ds: TrajectoryDataset, max_steps: int) -> None:
@@ -92,6 +111,14 @@ def check_rewards_and_stops(env_name: str, ds: TrajectoryDataset, max_steps: int
         want = mt.reward(states[:, :-1], actions, states[:, 1:], goals[:, None],
                          first_state=states[:, :1])
         success = mt.success(states[:, 1:], goals[:, None])
+    elif env_name == "libero":  # the progress updated after every state, as step_batch does
+        progress, rewards, flags = lt.Progress.initial(states[:, 0]), [], []
+        for t in range(horizon):
+            after = lt.update_progress(progress, states[:, t + 1], goals)
+            flags.append(lt.success(states[:, t + 1], goals, after))
+            rewards.append(lt.reward(states[:, t], states[:, t + 1], goals, progress, after))
+            progress = after
+        want, success = jnp.stack(rewards, 1), jnp.stack(flags, 1)
     else:
         want = env.reward(states[:, :-1], actions, states[:, 1:], goals[:, None],
                           np.arange(1, horizon + 1), max_steps)
@@ -105,7 +132,7 @@ def check_rewards_and_stops(env_name: str, ds: TrajectoryDataset, max_steps: int
     quality = ds.provenance["quality"]
     assert quality["num_rollouts"] == ds.num_trajectories
     assert quality["goal_consistency"] == pytest.approx(ds.terminals.any(axis=1).mean())
-    assert quality["simulated"] == (env_name != "metaworld")
+    assert quality["simulated"] == (env_name not in ("metaworld", "libero"))
 
 
 @pytest.mark.parametrize("env_name", ["babyai", "cheetah"])
@@ -299,14 +326,7 @@ def test_metaworld_expert_trajectories_and_hand_edited_states() -> None:
     rows = np.array([PUSH, DOOR_OPEN, mt.TASK_INDEX["button-press"]])
     ds = collect(env, params, expert_policy(), jax.random.key(0), len(rows), task_indices=rows,
                  progress=False)
-    assert ds.terminals.any(axis=1).all()
-    scores = score_dataset(ds)
-    np.testing.assert_array_equal(scores.step_success, ds.terminals)
-    assert scores.legal_next[ds.mask].all() and scores.legal_initial.all()
-    assert not scores.simulated and np.isnan(scores.transition_error).all()
-    summary = summarize(scores)
-    assert summary["goal_consistency"] == 1.0 and summary["exceeds_dynamics_rate"] is None
-    assert "Transitions were not checked: the 91-d Meta-World state" in quality_report(ds).to_markdown()
+    check_successful_expert_scores(ds, "the 91-d Meta-World state")
     # Hand edits of generated states, one category each (3 of the valid next states).
     states = ds.states.copy()
     states[0, 1, 2] = 1.5  # the hand 0.5 m above the workspace
@@ -358,3 +378,165 @@ def test_babyai_expert_trajectories_score_perfectly() -> None:
         report[level] = summarize(scores)
         assert report[level]["illegal_state_rate"] == 0.0
         assert report[level]["goal_consistency"] == pytest.approx(ds.terminals.any(axis=1).mean())
+
+
+# ------------------------------------------------------------------------------ LIBERO adapter
+
+
+def libero_qpos() -> np.ndarray:
+    """(37,) a resting scene: the arm at home with the fingers half closed (0.02 m each), the soup can
+    at the fingertip centre (lifted: home is far above the floor), the cheese, the bottle and the basket
+    on the floor, all upright."""
+    qpos = np.zeros(lm.NQ, np.float64)
+    qpos[0:7] = lm.HOME_QPOS
+    qpos[7:9] = 0.02
+    tcp = np.asarray(lm.fk(jnp.asarray(lm.HOME_QPOS, jnp.float32))[0], np.float64)
+    poses = [(tcp, 0.0), ((0.45, 0.25, lt.REST_Z[1]), 0.3), ((0.45, -0.25, lt.REST_Z[2]), 0.0),
+             ((0.25, 0.45, 0.0), 0.0)]
+    for k, (pos, yaw) in enumerate(poses):
+        qpos[9 + 7 * k:12 + 7 * k] = pos
+        qpos[12 + 7 * k:16 + 7 * k] = [np.cos(yaw / 2), 0.0, 0.0, np.sin(yaw / 2)]
+    return qpos
+
+
+def libero_state() -> np.ndarray:
+    """(44,) the state of :func:`libero_qpos` (legal)."""
+    return np.asarray(lt.state_from_qpos(jnp.asarray(libero_qpos(), jnp.float32)))
+
+
+PICK_CAN, PICK_CHEESE = lt.TASK_INDEX["pick-soup_can"], lt.TASK_INDEX["pick-cream_cheese"]
+
+
+def test_libero_generation_stops_on_the_task_predicate() -> None:
+    """Every generated state holds the can at the fingertips, lifted: "pick the soup can" succeeds at
+    step 1, "pick the cream cheese" never (the cheese stays on the floor 0.4 m away; reward 0 once the
+    state stops changing). The state is legal, so the projection (on by default) leaves it alone."""
+    env, params = make("libero", "train", embed=False)
+    state = libero_state()
+    assert bool(lt.legal(jnp.asarray(state)))
+    goal_rows = [list(np.asarray(params.goals)[:, 0]).index(k) for k in (PICK_CAN, PICK_CHEESE)]
+    imaginer = env_imaginer("libero", fixed_heads=True, state_bias=state,
+                            action_bias=np.full(7, 0.1, np.float32))
+    rows, horizon = SHAPES["libero"]
+    result = imagine(imaginer, env, params, jax.random.key(6), rows, task_indices=np.array(goal_rows),
+                     horizon=horizon, progress=False)
+    ds = result.dataset
+    validate_dataset(ds)
+    assert ds.states.shape == (2, horizon + 1, 44) and ds.actions.shape == (2, horizon, 7)
+    assert ds.provenance["projection"] is not None
+    np.testing.assert_array_equal(ds.mask.sum(axis=1), [1, horizon])
+    assert ds.terminals[0, 0] and ds.truncations[1, horizon - 1]
+    np.testing.assert_allclose(ds.states[1, 1:], np.tile(state, (horizon, 1)), atol=1e-5)
+    np.testing.assert_allclose(ds.rewards[1, 1:], 0.0, atol=1e-5)
+    assert np.asarray(lt.legal(jnp.asarray(ds.states[:, 0]))).all()  # s0 from the real reset
+    check_rewards_and_stops("libero", ds, params.max_steps)
+    summary = ds.provenance["quality"]
+    assert summary["goal_consistency"] == 0.5 and summary["transition_error"] is None
+    assert summary["illegal_state_rate"] == 0.0
+    with pytest.raises(ImaginationError, match="non-finite"):
+        imagine(env_imaginer("libero", nan_states=True), env, params, jax.random.key(0), rows,
+                horizon=horizon, progress=False)
+
+
+def test_libero_expert_trajectories_score_as_the_env_saw_them_and_hand_edited_states() -> None:
+    """The hard level's staged tasks ("a then b" carries its stage, "aside" the episode's start): the
+    rules scanned over the recorded states give the environment's own terminals step by step."""
+    from imaginejax.envs.libero.expert import expert_policy
+
+    env, params = make("libero", "hard", embed=False)
+    names = ("basket-soup_can-then-cream_cheese", "move-cream_cheese-aside", "fire-take-soup_can-out")
+    goal_rows = list(np.asarray(params.goals)[:, 0])
+    rows = np.array([goal_rows.index(lt.TASK_INDEX[n]) for n in names])
+    ds = collect(env, params, expert_policy(), jax.random.key(3), len(rows), task_indices=rows,
+                 progress=False)
+    check_successful_expert_scores(ds, "the 44-d LIBERO state")
+    # Hand edits of generated states, one category each.
+    states = ds.states.copy()
+    states[0, 1, 3] = lm.JOINT_HIGH[3] + 0.2     # joint 4 beyond its range (the eef follows it: 2 categories)
+    states[1, 1, 14] = 0.08                       # a finger slide beyond its travel
+    states[2, 1, lt.BASKET_START + 3:lt.BASKET_START + 7] *= 1.5  # |q| = 1.5
+    states[2, 2, lt.OBJ_START + 2] = 2.0          # the can 2 m up
+    edited = summarize(score_dataset(dataclasses.replace(ds, states=states)))
+    n = int(ds.mask.sum())
+    assert edited["illegal_state_rate"] == pytest.approx(4 / n)
+    assert edited["illegal_states_by_category"] == pytest.approx(
+        {"non-finite": 0.0, "joint limits": 1 / n, "end-effector off the arm": 1 / n,
+         "gripper opening": 1 / n, "out of workspace": 1 / n, "implausible pose": 1 / n})
+    assert edited["legal_rollout_rate"] == 0.0
+
+
+def test_libero_categories_partition_env_legal() -> None:
+    rng = np.random.default_rng(3)
+    base = libero_state()
+    states = np.tile(base, (4000, 1))
+    which = rng.integers(0, 6, 4000)
+    noise = rng.normal(size=(4000, 44)).astype(np.float32)
+    states[which == 0, 0:7] += 0.3 * noise[which == 0, 0:7]          # joints (eef off the arm, limits)
+    states[which == 1, 7:10] += 0.02 * noise[which == 1, 7:10]       # eef position
+    states[which == 2, 14:16] += 0.03 * noise[which == 2, 14:16]     # fingers
+    states[which == 3, 16:19] += 0.8 * noise[which == 3, 16:19]      # the can's position
+    states[which == 4, 40:44] *= rng.choice([1.0, 1.1], (int((which == 4).sum()), 1))  # basket quaternion
+    states[which == 5, 9] = np.nan
+    categories = libero_violations(jnp.asarray(states))
+    any_category = np.any(np.stack([np.asarray(v) for v in categories.values()]), axis=0)
+    legal = np.asarray(lt.legal(jnp.asarray(states)))
+    np.testing.assert_array_equal(any_category, ~legal)
+    assert all(np.asarray(v).any() for v in categories.values()) and 0.05 < legal.mean() < 0.95
+
+
+def test_libero_projection_repairs_each_field_and_keeps_legal_states() -> None:
+    state = libero_state()
+    np.testing.assert_allclose(np.asarray(project_libero(jnp.asarray(state))), state, atol=1e-6)
+    bad = state.copy()
+    bad[0] = lm.JOINT_HIGH[0] + 0.4            # joint 1 beyond its range
+    bad[7:10] += 0.3                          # eef detached from the joints
+    bad[10:14] = -bad[10:14]                  # the same rotation, w < 0
+    bad[14:16] = [-0.02, 0.07]                # fingers beyond their travel
+    bad[lt.OBJ_START:lt.OBJ_START + 3] = [5.0, 0.0, -1.0]   # the can outside the workspace
+    bad[lt.BASKET_START + 3:lt.BASKET_START + 7] *= 3.0      # a scaled quaternion
+    bad[lt.OBJ_START + 10:lt.OBJ_START + 14] = 0.0           # the cheese's quaternion zero
+    out = np.asarray(project_libero(jnp.asarray(bad)))
+    want_q = state[0:7].copy()
+    want_q[0] = lm.JOINT_HIGH[0]
+    np.testing.assert_allclose(out[0:7], want_q, atol=1e-6)
+    tcp, quat, _, _ = lm.fk(jnp.asarray(want_q))
+    quat = np.asarray(quat) * np.sign(np.asarray(quat)[0])
+    np.testing.assert_allclose(out[7:10], np.asarray(tcp), atol=1e-6)
+    np.testing.assert_allclose(out[10:14], quat, atol=1e-6)
+    np.testing.assert_allclose(out[14:16], [0.0, lm.GRIPPER_OPEN], atol=1e-7)
+    np.testing.assert_allclose(out[lt.OBJ_START:lt.OBJ_START + 3], [lt.WORKSPACE_HIGH[0], 0.0, lt.WORKSPACE_LOW[2]])
+    np.testing.assert_allclose(out[lt.BASKET_START + 3:lt.BASKET_START + 7], state[lt.BASKET_START + 3:], atol=1e-6)
+    np.testing.assert_allclose(out[lt.OBJ_START + 10:lt.OBJ_START + 14], [1.0, 0.0, 0.0, 0.0])
+    assert bool(lt.legal(jnp.asarray(out))) and not bool(lt.legal(jnp.asarray(bad)))
+    np.testing.assert_array_equal(np.isnan(np.asarray(project_libero(jnp.full(44, np.nan)))), True)
+
+
+def test_libero_staged_goal_consistency_by_hand() -> None:
+    """The cheese enters the basket at step 2, the can at step 4 (both stay): "the cheese, then the
+    can" holds from step 4 on; "the can, then the cheese" never (the same final states, the wrong
+    order: its stage never advanced). "Move the bottle aside" compares with the first state: the
+    bottle is 0.05 m off at step 3 (not yet aside), 0.10 m off from step 5."""
+    horizon = 6
+    base = libero_state()
+    basket = base[lt.BASKET_START:lt.BASKET_START + 3]
+    states = np.tile(base, (horizon + 1, 1))
+    can, cheese, bottle = (lt.OBJ_START + 7 * k for k in range(3))
+    states[2:, cheese:cheese + 3] = basket + [-0.05, 0.0, lt.REST_Z[1]]
+    states[4:, can:can + 3] = basket + [0.08, 0.0, lt.REST_Z[0]]
+    states[3:5, bottle] += 0.05
+    states[5:, bottle] += 0.10
+    names = ("basket-cream_cheese-then-soup_can", "basket-soup_can-then-cream_cheese", "move-salad_dressing-aside")
+    goals = np.asarray(lt.level_goals("hard"))[[list(np.asarray(lt.level_goals("hard"))[:, 0]).index(
+        lt.TASK_INDEX[n]) for n in names]]
+    mask = np.ones((3, horizon), bool)
+    ds = TrajectoryDataset(
+        states=np.tile(states, (3, 1, 1)), actions=np.zeros((3, horizon, 7), np.float32),
+        rewards=np.zeros((3, horizon), np.float32), mask=mask, terminals=np.zeros_like(mask),
+        truncations=np.eye(horizon, dtype=bool)[[-1, -1, -1]], instruction_ids=np.zeros(3, np.int32),
+        goals=goals, instructions=("put things away",), instruction_embeddings=np.zeros((1, 0), np.float32),
+        env="libero", level="hard", source="imaginary", discrete=False)
+    scores = score_dataset(ds)
+    np.testing.assert_array_equal(scores.step_success[0], [0, 0, 0, 1, 1, 1])
+    np.testing.assert_array_equal(scores.step_success[1], [0, 0, 0, 0, 0, 0])
+    np.testing.assert_array_equal(scores.step_success[2], [0, 0, 0, 0, 1, 1])
+    np.testing.assert_array_equal(scores.goal_reached, [True, False, True])
