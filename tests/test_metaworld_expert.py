@@ -3,9 +3,9 @@ all 22 tasks, mixed in one batch), and expert data collected into the dataset fo
 
 Here every task runs :data:`EPISODES` episodes and must succeed in at least 90 % of them. Measured over 200
 episodes per task (one batch of all 22 tasks, seed 7, the episode's own 100-step cap): 100 % on every task
-except pick-place-wall 99 % and locked-door-open 99 % -- the latter with the locked door's panel given
-doorlockB's size (see :func:`test_locked_door_swings_open`); with the panel as scenes.py builds it now the
-door cannot open far enough and locked-door-open is 0 %.
+except pick-place-wall 99 % and locked-door-open 99 % -- the latter needs the locked door's panel at
+doorlockB's size, as scenes.py builds it (with Meta-World's own, 4 mm longer panel the door meets the safe's
+wall at ~0.62 rad and locked-door-open is 0 %; :func:`test_locked_door_swings_open` guards the swing).
 """
 
 from __future__ import annotations
@@ -43,9 +43,6 @@ def _widest_swing(task: str, torque: float = -5.0, steps: int = 2000) -> float:
     return -float(data.qpos[model.joint("doorjoint").qposadr.item()])
 
 
-LOCKED_DOOR_BLOCKED = _widest_swing("locked-door-open") < OPEN_ANGLE - 0.1
-
-
 @pytest.fixture(scope="module")
 def rates() -> dict[str, float]:
     env = MetaWorld()
@@ -73,15 +70,7 @@ def rates() -> dict[str, float]:
     return out
 
 
-def _case(name: str):
-    if name == "locked-door-open" and LOCKED_DOOR_BLOCKED:
-        return pytest.param(name, marks=pytest.mark.xfail(
-            reason="the locked door's panel hits the safe's wall at ~0.62 rad (see test_locked_door_swings_open)",
-            strict=True))
-    return name
-
-
-@pytest.mark.parametrize("name", [_case(n) for n in ALL])
+@pytest.mark.parametrize("name", ALL)
 def test_expert_success_at_least_90_percent(rates, name) -> None:
     assert rates[name] >= 0.9, f"{name}: expert success {rates[name]:.2f} over {EPISODES} episodes"
 
@@ -89,8 +78,8 @@ def test_expert_success_at_least_90_percent(rates, name) -> None:
 def test_locked_door_swings_open() -> None:
     """The composed locked door (Meta-World's lockable door given its openable door's hinge) must swing as
     far as door-open's door, past the angle its success predicate needs. The lockable door's panel box is
-    4 mm longer towards the hinge than the openable door's, and in scenes.py's edit it meets the safe's
-    side wall at ~0.62 rad, which makes locked-door-open unsolvable (fix: give the panel doorlockB's size)."""
+    4 mm longer towards the hinge than the openable door's and would meet the safe's side wall at ~0.62 rad,
+    which made locked-door-open unsolvable; scenes.py gives the panel doorlockB's size."""
     reference = _widest_swing("door-open")
     assert reference > OPEN_ANGLE - 0.1  # door-open's own door: ~1.32 rad against the wall under this torque
     assert _widest_swing("locked-door-open") == pytest.approx(reference, abs=0.02)

@@ -338,10 +338,10 @@ def _locked_door_open(s: jax.Array) -> jax.Array:
     catches with its wrist, and pulled round the hinge at about the lever's radius it drags the door open;
     more than 13 cm from the lever's tip it falls back to door-open's motion on the handle.
 
-    Needs a locked door that can swing open: in the scene as composed by scenes.py the door's panel meets
-    the safe's wall at ~0.62 rad, short of the ~1.38 rad the predicate needs (0 %; see
-    tests/test_metaworld_expert.py::test_locked_door_swings_open). With the panel at doorlockB's size this
-    expert succeeds in 99 % of 200 episodes."""
+    Needs a locked door that can swing open: with Meta-World's own lockable-door panel the door meets the
+    safe's wall at ~0.62 rad, short of the ~1.38 rad the predicate needs (0 %); scenes.py gives the panel
+    doorlockB's size (tests/test_metaworld_expert.py::test_locked_door_swings_open), and this expert then
+    succeeds in 99 % of 200 episodes."""
     hand = s[..., 0:3]
     lock = slot_of(s, "lock")[..., 0:3]
     hinge = s[..., 4:7] + _v(*_HINGE_FROM_GOAL)
