@@ -39,6 +39,7 @@ from imaginejax.imaginer.quality import (
     libero_violations,
     metaworld_violations,
     project_libero,
+    project_metaworld,
     quality_adapter,
     quality_report,
     score_dataset,
@@ -327,6 +328,8 @@ def test_metaworld_expert_trajectories_and_hand_edited_states() -> None:
     ds = collect(env, params, expert_policy(), jax.random.key(0), len(rows), task_indices=rows,
                  progress=False)
     check_successful_expert_scores(ds, "the 91-d Meta-World state")
+    valid = ds.states[:, :-1][ds.mask]
+    np.testing.assert_allclose(np.asarray(project_metaworld(jnp.asarray(valid))), valid, atol=1e-6)
     # Hand edits of generated states, one category each (3 of the valid next states).
     states = ds.states.copy()
     states[0, 1, 2] = 1.5  # the hand 0.5 m above the workspace
@@ -358,6 +361,33 @@ def test_metaworld_categories_partition_env_legal() -> None:
     legal = np.asarray(mt.legal(jnp.asarray(states)))
     np.testing.assert_array_equal(any_category, ~legal)
     assert all(np.asarray(v).any() for v in categories.values()) and 0.02 < legal.mean() < 0.95
+
+
+def test_metaworld_projection_repairs_each_field() -> None:
+    """A generated state's faults, one per field: the hand and a filled slot outside the workspace,
+    the gripper beyond 1, a scaled quaternion, small values in an empty slot (what makes every state of
+    a delta-head imaginer illegal: "filled" with a zero quaternion at the origin)."""
+    state = metaworld_state()
+    obj = mt.SLOT_START + mt.SLOT_DIM * mt.ENTITIES.index("target_object")
+    handle = mt.SLOT_START + mt.SLOT_DIM * mt.ENTITIES.index("handle")
+    empty = next(mt.SLOT_START + mt.SLOT_DIM * k for k in range(mt.NUM_SLOTS)
+                 if not state[mt.SLOT_START + mt.SLOT_DIM * k:][:mt.SLOT_DIM].any())
+    bad = state.copy()
+    bad[0:4] = [1.0, 0.1, 0.2, 1.4]
+    bad[obj + 3:obj + 7] *= 2.0
+    bad[handle:handle + 3] = [-0.3, 0.8, 1.5]
+    bad[empty:empty + 7] = [1e-3, -2e-3, 1e-3, 0.01, -0.02, 0.0, 0.01]
+    assert not bool(mt.legal(jnp.asarray(bad)))
+    want = state.copy()
+    want[0:4] = [0.8, 0.2, 0.2, 1.0]
+    want[handle + 2] = mt.WORKSPACE_HIGH[2]
+    out = np.asarray(project_metaworld(jnp.asarray(bad)))
+    np.testing.assert_allclose(out, want, atol=1e-6)
+    assert bool(mt.legal(jnp.asarray(out)))
+    np.testing.assert_allclose(np.asarray(project_metaworld(jnp.asarray(state))), state, atol=1e-7)
+    nan = state.copy()
+    nan[obj] = np.nan
+    assert np.isnan(np.asarray(project_metaworld(jnp.asarray(nan)))[obj])
 
 
 # ------------------------------------------------------------------------------ BabyAI adapter

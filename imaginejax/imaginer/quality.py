@@ -79,8 +79,8 @@ __all__ = [
     "summary_markdown", "filter_dataset", "dataset_fingerprint", "project_clevr", "project_babyai",
     "clevr_violations", "EpisodeRules", "transition_rules", "cheetah_simulate", "cheetah_violations",
     "cheetah_rules", "metaworld_violations", "metaworld_rules", "CHEETAH_ERROR_SCALE",
-    "METAWORLD_NO_SIMULATOR", "trajectory_success", "libero_violations", "project_libero", "libero_rules",
-    "LIBERO_NO_SIMULATOR",
+    "METAWORLD_NO_SIMULATOR", "trajectory_success", "project_metaworld", "libero_violations",
+    "project_libero", "libero_rules", "LIBERO_NO_SIMULATOR",
 ]
 
 StatesFn = Callable[[jax.Array], jax.Array]
@@ -480,6 +480,28 @@ def metaworld_violations(states: jax.Array) -> dict[str, jax.Array]:
     }
 
 
+def project_metaworld(states: jax.Array) -> jax.Array:
+    """Projection of Meta-World states (..., 91) onto the legal set of :func:`~imaginejax.envs.
+    metaworld.tasks.legal`: the hand clipped to the workspace and the gripper opening to [0, 1]; an
+    entity slot whose quaternion has norm below 0.5 is empty and set to zeros (a filled slot always
+    holds a unit quaternion, an empty one only zeros: a generated state's small values in an empty
+    slot otherwise make it "filled" with an implausible pose outside the workspace); a filled slot's
+    position clipped to the workspace and its quaternion normalised. The goal (entries 4:7) is kept.
+    Legal states come back unchanged (to round-off); non-finite entries stay non-finite."""
+    from imaginejax.envs.metaworld import tasks as mt
+
+    dtype = states.dtype
+    low, high = jnp.asarray(mt.WORKSPACE_LOW, dtype), jnp.asarray(mt.WORKSPACE_HIGH, dtype)
+    hand = jnp.clip(states[..., 0:3], low, high)
+    grip = jnp.clip(states[..., 3:4], 0.0, 1.0)
+    slots = states[..., mt.SLOT_START:].reshape(states.shape[:-1] + (mt.NUM_SLOTS, mt.SLOT_DIM))
+    norm = jnp.linalg.norm(slots[..., 3:], axis=-1, keepdims=True)
+    empty = norm < 0.5  # False for NaN: a non-finite slot stays non-finite
+    filled = jnp.concatenate([jnp.clip(slots[..., :3], low, high), slots[..., 3:] / jnp.where(empty, 1.0, norm)], -1)
+    slots = jnp.where(empty, 0.0, filled).reshape(states.shape[:-1] + (mt.NUM_SLOTS * mt.SLOT_DIM,))
+    return jnp.concatenate([hand, grip, states[..., 4:mt.SLOT_START], slots], -1)
+
+
 def _metaworld_success(prev: jax.Array, action: jax.Array, following: jax.Array,
                        goal: jax.Array) -> jax.Array:
     from imaginejax.envs.metaworld import tasks as mt
@@ -520,7 +542,9 @@ def _metaworld_adapter() -> QualityAdapter:
         name="metaworld", state_dim=mt.STATE_DIM, success=_metaworld_success, legal=mt.legal,
         simulate=None, entity_size=1, error_scale=1.0, error_unit="m", threshold=1.0,
         violations=metaworld_violations, no_simulator_reason=METAWORLD_NO_SIMULATOR,
-        episode=metaworld_rules)
+        episode=metaworld_rules, project=project_metaworld,
+        project_name="hand and filled slots clipped to the workspace, gripper to [0, 1], slots with a "
+                     "quaternion norm below 0.5 emptied, quaternions normalised")
 
 
 # ------------------------------------------------------------------------------------------- LIBERO
