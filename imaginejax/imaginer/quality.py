@@ -609,7 +609,6 @@ def project_libero(states: jax.Array) -> jax.Array:
 
     dtype = states.dtype
     q = jnp.clip(states[..., 0:7], jnp.asarray(lm.JOINT_LOW, dtype), jnp.asarray(lm.JOINT_HIGH, dtype))
-    tcp, quat, _, _ = lm.fk(q)
     fingers = jnp.clip(states[..., 14:16], 0.0, lm.GRIPPER_OPEN)
     poses = states[..., lt.OBJ_START:].reshape(states.shape[:-1] + (4, 7))
     pos = jnp.clip(poses[..., :3], jnp.asarray(lt.WORKSPACE_LOW, dtype), jnp.asarray(lt.WORKSPACE_HIGH, dtype))
@@ -617,10 +616,9 @@ def project_libero(states: jax.Array) -> jax.Array:
     norm = jnp.linalg.norm(rot, axis=-1, keepdims=True)
     identity = jnp.broadcast_to(jnp.asarray([1.0, 0.0, 0.0, 0.0], dtype), rot.shape)
     rot = jnp.where(norm <= 1e-6, identity, rot / jnp.where(norm <= 1e-6, 1.0, norm))  # NaN stays NaN
-    rot = rot * jnp.where(rot[..., :1] < 0, -1.0, 1.0)
-    quat = quat * jnp.where(quat[..., :1] < 0, -1.0, 1.0)
     objects = jnp.concatenate([pos, rot], -1).reshape(states.shape[:-1] + (28,))
-    return jnp.concatenate([q, tcp.astype(dtype), quat.astype(dtype), fingers, objects], -1)
+    # The environment's own state of these joint positions: end-effector by FK, quaternions with w >= 0.
+    return lt.state_from_qpos(jnp.concatenate([q, fingers, objects], -1)).astype(dtype)
 
 
 def _libero_init(s0: jax.Array, goal: jax.Array) -> Any:
