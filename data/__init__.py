@@ -10,7 +10,7 @@ from imaginejax.data.io import SCHEMA_VERSION, load_dataset, read_manifest, save
 from imaginejax.data.sampling import num_imaginary, sample_mixed, sample_uniform
 from imaginejax.data.transitions import check_transitions, concat_transitions, placeholder_like, to_transitions
 from imaginejax.data.types import LEVELS, SOURCES, Batch, TrajectoryDataset, Transitions
-from imaginejax.data.validate import DatasetDims, validate_dataset
+from imaginejax.data.validate import DatasetDims, EnvFacts, validate_dataset, validate_for_env
 
 __all__ = [
     "LEVELS",
@@ -19,6 +19,7 @@ __all__ = [
     "Batch",
     "DatasetDims",
     "DatasetError",
+    "EnvFacts",
     "TrajectoryDataset",
     "Transitions",
     "check_transitions",
@@ -32,4 +33,5 @@ __all__ = [
     "save_dataset",
     "to_transitions",
     "validate_dataset",
+    "validate_for_env",
 ]

@@ -28,7 +28,8 @@ Choices:
   (power loss, SIGKILL) can leave a ``.<name>.tmp-*`` / ``.<name>.old-*`` sibling behind; it is never read
   and can be deleted.
 * :func:`load_dataset` checks the manifest and schema version, every file's checksum, shape and dtype,
-  then runs :func:`~imaginejax.data.validate.validate_dataset`.
+  then runs :func:`~imaginejax.data.validate.validate_dataset` — or, given the environment (``env=``),
+  :func:`~imaginejax.data.validate.validate_for_env`.
 
 ``provenance`` round-trips through JSON: tuples come back as lists.
 """
@@ -52,7 +53,7 @@ import numpy as np
 
 from imaginejax.data.errors import DatasetError
 from imaginejax.data.types import TrajectoryDataset
-from imaginejax.data.validate import ARRAY_FIELDS, DatasetDims, validate_dataset
+from imaginejax.data.validate import ARRAY_FIELDS, DatasetDims, EnvFacts, validate_dataset, validate_for_env
 
 __all__ = [
     "ARRAY_FORMATS",
@@ -353,11 +354,16 @@ def _read_array(directory: Path, name: str, entry: Any, array_format: str) -> np
     return value
 
 
-def load_dataset(path: str | os.PathLike[str]) -> TrajectoryDataset:
+def load_dataset(path: str | os.PathLike[str], *, env: EnvFacts | None = None,
+                 embed_dim: int | None = None) -> TrajectoryDataset:
     """Reads a dataset directory written by :func:`save_dataset` and validates it.
 
     Args:
       path: the dataset directory.
+      env: the environment the dataset is for (``EnvFacts.of(env_object)``): then validated with
+        :func:`~imaginejax.data.validate.validate_for_env` (action range, state width and plausibility,
+        goal width) instead of :func:`validate_dataset` alone.
+      embed_dim: with ``env``, the encoder's embedding width the dataset must have.
 
     Returns:
       The dataset, bit-exact with what was saved (``instructions`` as a tuple).
@@ -366,7 +372,7 @@ def load_dataset(path: str | os.PathLike[str]) -> TrajectoryDataset:
       FileNotFoundError: ``path`` is not a directory.
       DatasetError: naming the field, for a bad manifest or schema version, a missing, corrupted or
         truncated array file (checksum mismatch), a pickled array, or any rule of
-        :func:`validate_dataset`.
+        :func:`validate_dataset` (and of :func:`validate_for_env` with ``env``).
     """
     directory = Path(path).expanduser()
     manifest = read_manifest(directory)
@@ -388,7 +394,7 @@ def load_dataset(path: str | os.PathLike[str]) -> TrajectoryDataset:
                            level=manifest["level"], source=manifest["source"], discrete=manifest["discrete"],
                            provenance=manifest["provenance"])
     try:
-        dims = validate_dataset(ds)
+        dims = validate_dataset(ds) if env is None else validate_for_env(ds, env, embed_dim=embed_dim)
     except DatasetError as err:
         raise DatasetError(err.field, err.problem, err.fix, directory) from err
     for key, value in (("num_trajectories", dims.N), ("num_transitions", dims.K)):

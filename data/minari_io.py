@@ -37,8 +37,9 @@ from typing import Any, Literal
 import numpy as np
 
 from imaginejax.data.errors import DatasetError
+from imaginejax.data.reference import check_hdf5_file, load_npy
 from imaginejax.data.types import TrajectoryDataset
-from imaginejax.data.validate import validate_dataset
+from imaginejax.data.validate import EnvFacts, validate_dataset, validate_for_env
 
 __all__ = ["EMBEDDINGS_FILE", "METADATA_KEY", "from_minari", "minari_root", "to_minari"]
 
@@ -205,6 +206,8 @@ def _open(dataset: Any, root: str | os.PathLike[str] | None) -> Any:
         candidates = [base / str(dataset) / "data"]
     for candidate in candidates:
         if (candidate / "metadata.json").is_file():
+            for file in sorted(candidate.glob("*.hdf5")):  # refuse links / storage outside the file first
+                check_hdf5_file(file)
             try:
                 return minari.MinariDataset(candidate)
             except Exception as err:
@@ -237,10 +240,14 @@ def from_minari(dataset: Any, *, root: str | os.PathLike[str] | None = None, env
       The dataset; its provenance is the exported one (datasets of ours) or names the Minari source.
 
     Raises:
-      DatasetError: naming the field, for a tampered embedding table, inconsistent episodes, or any rule of
-        :func:`validate_dataset`. FileNotFoundError: no dataset there.
+      DatasetError: naming the field, for a tampered embedding table, inconsistent episodes, an HDF5 file
+        that links or stores data outside itself, or any rule of :func:`validate_dataset` — and, for a
+        registered environment, of :func:`validate_for_env` (action range, state width and plausibility).
+        FileNotFoundError: no dataset there.
     """
     from gymnasium import spaces
+
+    from imaginejax import envs as registry
 
     mds = _open(dataset, root)
     storage = mds.storage
@@ -268,6 +275,8 @@ def from_minari(dataset: Any, *, root: str | os.PathLike[str] | None = None, env
     episode_meta = list(storage.get_episode_metadata(mds.episode_indices))
     parts = [_episode_arrays(ep, state_key, path) for ep in episodes]
     n = len(parts)
+    if record:
+        _check_record(record, path)
     horizon = int(record["horizon"]) if record else max(len(p[2]) for p in parts)
     s_dim = parts[0][0].shape[1]
     a_shape = () if discrete else (int(action_space.shape[0]),)
@@ -279,6 +288,10 @@ def from_minari(dataset: Any, *, root: str | os.PathLike[str] | None = None, env
     truncations = np.zeros((n, horizon), bool)
     for i, (st, ac, rw, te, tr) in enumerate(parts):
         length = len(rw)
+        if discrete and ac.size and (ac.dtype.kind not in "biu" or ac.min() < 0 or ac.max() > _INT32_MAX):
+            raise DatasetError("actions", f"episode {episodes[i].id}: {ac.dtype} actions in [{ac.min()}, {ac.max()}] "
+                               "are not int32 indices into the action space (casting would wrap them)",
+                               "store Discrete actions as non-negative integer indices", path)
         if length > horizon or st.shape[1] != s_dim:
             raise DatasetError("observations", f"episode {episodes[i].id} has {length} steps of width "
                                f"{st.shape[1]} (horizon {horizon}, width {s_dim})", "re-export the dataset", path)
@@ -298,7 +311,10 @@ def from_minari(dataset: Any, *, root: str | os.PathLike[str] | None = None, env
         if _sha256(emb_file) != record["embeddings_sha256"]:
             raise DatasetError("instruction_embeddings", f"checksum mismatch for {emb_file.name}",
                                "the file is corrupted; re-export the dataset", path)
-        embeddings = np.load(emb_file, allow_pickle=False)
+        embeddings = load_npy(emb_file)
+        if not isinstance(embeddings, np.ndarray) or embeddings.ndim != 2 or embeddings.dtype.kind != "f":
+            raise DatasetError("instruction_embeddings", f"{emb_file.name} does not hold an (M, E) float array",
+                               "re-export the dataset", path)
         ids = np.asarray([int(m["instruction_id"]) for m in episode_meta], np.int32)
         goal_rows = [np.asarray(m.get("goal", []), dtype=record["goal_dtype"]).reshape(int(record["goal_dim"]))
                      for m in episode_meta]
@@ -327,10 +343,36 @@ def from_minari(dataset: Any, *, root: str | os.PathLike[str] | None = None, env
                            source=source, discrete=discrete, provenance=provenance)
     try:
         validate_dataset(ds, num_actions=int(action_space.n) if discrete else None)
+        if env in registry.registered():
+            validate_for_env(ds, EnvFacts.of(registry.make(env, "train", embed=False)[0]))
     except DatasetError as err:
         names = {"terminals": "terminations", "truncations": "truncations"}
         raise DatasetError(names.get(err.field, err.field), err.problem, err.fix, path) from err
     return ds
+
+
+_INT32_MAX = int(np.iinfo(np.int32).max)
+_RECORD = {"horizon": int, "instructions": list, "embeddings_file": str, "embeddings_sha256": str, "goal_dtype": str,
+           "goal_dim": int, "env": str, "level": str, "source": str, "provenance": dict}
+
+
+def _check_record(record: Any, path: Path) -> None:
+    """The ``imaginejax`` metadata record of an exported dataset: keys, types, and a plain file name."""
+    fix = "the dataset's metadata.json is corrupted or hand-edited; re-export the dataset"
+    if not isinstance(record, dict):
+        raise DatasetError(METADATA_KEY, f"a {type(record).__name__}, not a JSON object", fix, path)
+    for key, kind in _RECORD.items():
+        if not isinstance(record.get(key), kind) or isinstance(record.get(key), bool):
+            raise DatasetError(f"{METADATA_KEY}.{key}", f"{record.get(key)!r} is not a {kind.__name__}", fix, path)
+    name = record["embeddings_file"]
+    if Path(name).name != name or name in ("", ".", ".."):
+        raise DatasetError(f"{METADATA_KEY}.embeddings_file", f"{name!r} is not a file name inside the dataset "
+                           "(reading it would read outside the dataset)", fix, path)
+    if record["goal_dtype"] not in ("int32", "float32") or record["goal_dim"] < 0:
+        raise DatasetError(f"{METADATA_KEY}.goal_dtype", f"goals of {record['goal_dtype']!r}[{record['goal_dim']}]",
+                           fix, path)
+    if not 1 <= record["horizon"] <= 1_000_000:
+        raise DatasetError(f"{METADATA_KEY}.horizon", f"{record['horizon']} steps", fix, path)
 
 
 def _foreign_instructions(episodes: list[Any], obs_space: Any, path: Path

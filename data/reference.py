@@ -20,11 +20,16 @@ columns) and **pickled ``.npy`` dicts** (``np.save(path, dict)``).
 Reading (:func:`import_reference`):
 
 * **No unpickling by default.** A ``.npy`` file's header is parsed with NumPy's header reader; an object
-  payload (the pickled dict) is read by :class:`RestrictedUnpickler`, which resolves only NumPy's array
-  reconstruction helpers (``_reconstruct``, ``ndarray``, ``dtype``, ``scalar``) and plain containers, and
-  refuses any other global — before it is imported, so nothing runs — with a :class:`DatasetError` that
-  names the global and the ``trust_pickle=True`` opt-in. HDF5 datasets are read only through hard links
-  (external / soft links are refused).
+  payload (the pickled dict) is read by :func:`~imaginejax.data.safe_pickle.read_pickle`, which interprets
+  the opcodes itself and builds only NumPy arrays of bool / numeric / string dtypes (from their raw
+  bytes), strings and plain containers; anything else — another global, a structured or object dtype
+  over raw bytes, an unknown opcode — is refused with a :class:`DatasetError` naming the dict key, and
+  nothing of the file's choosing runs. ``trust_pickle=True`` is the explicit opt-in to :mod:`pickle`.
+* **Nothing outside the file is read.** HDF5: only top-level datasets reached through hard links, stored
+  in the file (no external raw storage, no virtual datasets), of bool / numeric / string dtypes (no
+  compound, object, reference or variable-length non-string types). Parquet: column chunks stored in the
+  file, columns of numbers / bools / strings and (fixed-size) lists of them; every decoding step, the
+  ``imaginejax`` metadata record included, names the file and field on failure.
 * **Instruction embeddings** are split from the observations at the environment's state width ``S``
   (asked from the registry, :func:`imaginejax.envs.make`). They must be constant along each row; the
   distinct (instruction text, embedding) pairs form the instruction table. A file with bare states gets
@@ -46,9 +51,10 @@ Reading (:func:`import_reference`):
   goal width, else from instruction strings that belong to our level's instruction table; otherwise the
   dataset has G = 0 (the file's goals in another encoding are not kept; the provenance says so).
 * Non-finite values, wrong ranks or widths, non-prefix masks, out-of-range discrete actions are refused
-  with the **file's** field named. The result is validated (:func:`validate_dataset`) and keeps its
-  provenance: source file path, SHA-256 and format (plus a side file's). With ``out=`` it is written
-  with :func:`save_dataset` (atomic); on any error nothing is written.
+  with the **file's** field named. The result is validated against the environment
+  (:func:`~imaginejax.data.validate.validate_for_env`: action range, state width and plausibility,
+  goal width, finiteness) and keeps its provenance: source file path, SHA-256 and format (plus a side
+  file's). With ``out=`` it is written with :func:`save_dataset` (atomic); on any error nothing is written.
 
 Writing (:func:`export_reference`): ours → HDF5, ``.npy`` dict of plain arrays (only NumPy arrays and
 strings inside, so our own reader reads it without ``trust_pickle``) or parquet, atomically. It adds
@@ -72,12 +78,12 @@ from typing import Any, Literal
 import numpy as np
 
 from imaginejax.data.errors import DatasetError
+from imaginejax.data.safe_pickle import read_pickle
 from imaginejax.data.types import LEVELS, SOURCES, TrajectoryDataset
-from imaginejax.data.validate import validate_dataset
+from imaginejax.data.validate import EnvFacts, validate_dataset, validate_for_env
 
 __all__ = [
     "REFERENCE_FORMATS",
-    "RestrictedUnpickler",
     "export_reference",
     "import_reference",
     "load_npy",
@@ -97,82 +103,38 @@ _TRUST_FIX = ("pass trust_pickle=True only if you trust the file's origin (unpic
 _CHUNK = 1 << 20
 
 
-# ------------------------------------------------------------------------------------- safe unpickling
+# ------------------------------------------------------------------------------------------- .npy files
 
 
-_NUMPY_CORE = ("numpy._core.multiarray", "numpy.core.multiarray")
-_CONTAINERS = {("collections", "OrderedDict"), ("builtins", "set"), ("builtins", "frozenset"),
-               ("builtins", "bytearray"), ("builtins", "complex"), ("builtins", "slice"),
-               ("_codecs", "encode")}  # protocol-2 pickles spell bytes as _codecs.encode(str, 'latin1')
-
-
-class RestrictedUnpickler(pickle.Unpickler):
-    """Unpickles NumPy arrays (any dtype, object arrays of plain values included) and plain containers.
-
-    ``find_class`` resolves only NumPy's array reconstruction helpers and ``dtype``, and a few plain
-    container types; any other global raises :class:`DatasetError` *before* it is imported, so no code
-    of the file's choosing runs. ``field`` names the file in the error.
-    """
-
-    def __init__(self, file: io.BufferedIOBase, *, field: str, path: str | Path | None = None) -> None:
-        super().__init__(file)
-        self._field = field
-        self._path = path
-
-    def find_class(self, module: str, name: str) -> Any:
-        import numpy._core.multiarray as multiarray
-
-        if module in _NUMPY_CORE and name in ("_reconstruct", "scalar"):
-            return getattr(multiarray, name)
-        if module == "numpy" and name in ("ndarray", "dtype"):
-            return getattr(np, name)
-        if module == "numpy.dtypes" and name.endswith("DType"):
-            import numpy.dtypes
-
-            value = getattr(numpy.dtypes, name, None)
-            if isinstance(value, type) and issubclass(value, np.dtype):
-                return value
-        if (module, name) in _CONTAINERS:
-            import builtins
-            import codecs
-            import collections
-
-            return {"collections": collections, "builtins": builtins, "_codecs": codecs}[module].__dict__[name]
-        raise DatasetError(self._field, f"the pickle stream imports the global {module}.{name}, which is not a "
-                           "NumPy array reconstructor or a plain container; refused without unpickling it "
-                           "(loading it could run arbitrary code)", _TRUST_FIX, self._path)
-
-
-def _restricted_load(file: io.BufferedIOBase, field: str, path: Path) -> Any:
-    try:
-        return RestrictedUnpickler(file, field=field, path=path).load()
-    except DatasetError:
-        raise
-    except Exception as err:  # UnpicklingError, EOFError, ValueError from a bad ndarray state, ...
-        raise DatasetError(field, f"unreadable pickle stream ({type(err).__name__}: {err})",
-                           "the file is corrupted or truncated; re-download or re-export it", path) from err
+def _plain_dtype(dtype: np.dtype) -> bool:
+    """A bool / integer / float / complex / fixed-width string dtype (no fields, subarrays or metadata)."""
+    return dtype.kind in "biufcUS" and dtype.names is None and dtype.subdtype is None and dtype.metadata is None
 
 
 def load_npy(path: str | os.PathLike[str], *, trust_pickle: bool = False) -> Any:
     """Reads a ``.npy`` file without running code from it.
 
-    A numeric ``.npy`` is read with ``np.load(allow_pickle=False)``. An object ``.npy`` (what
-    ``np.save(path, a_dict)`` writes) or a raw pickle stream saved under a ``.npy`` name is read with
-    :class:`RestrictedUnpickler`; a 0-d object array is unwrapped (``.item()``).
+    A ``.npy`` of a bool / numeric / string dtype is read after checking that the file holds exactly
+    shape × itemsize bytes after its header. An object ``.npy`` (what ``np.save(path, a_dict)`` writes) or
+    a raw pickle stream saved under a ``.npy`` name is read by :func:`~imaginejax.data.safe_pickle.read_pickle`
+    (arrays, strings and plain containers only); a 0-d object array is unwrapped (``.item()``). Structured,
+    void, datetime and other dtypes are refused.
 
     Args:
       path: the file.
-      trust_pickle: read any pickle with ``np.load(allow_pickle=True)`` — runs whatever code the file
-        holds; only for files whose origin you trust.
+      trust_pickle: read any pickle with :mod:`pickle` — runs whatever code the file holds; only for files
+        whose origin you trust.
 
     Returns:
       The array, or the object a 0-d object array holds (typically a dict of arrays).
 
     Raises:
-      DatasetError: naming the file, for a refused global, a malformed header or a truncated payload.
+      DatasetError: naming the dict key (or the file) for a refused value, and the file for a malformed
+        header, a refused dtype or a truncated payload.
     """
     path = Path(path)
     field = path.name
+    corrupt = "the file is corrupted or truncated; re-download or re-export it"
     with open(path, "rb") as f:
         head = f.read(6)
         f.seek(0)
@@ -180,7 +142,7 @@ def load_npy(path: str | os.PathLike[str], *, trust_pickle: bool = False) -> Any
             if head[:1] != b"\x80":
                 raise DatasetError(field, "neither a .npy file (no \\x93NUMPY magic) nor a pickle stream",
                                    "pass a file written by np.save", path)
-            value = pickle.load(f) if trust_pickle else _restricted_load(f, field, path)  # noqa: S301
+            value = pickle.load(f) if trust_pickle else read_pickle(f.read(), field=field, path=path)  # noqa: S301
         else:
             try:
                 version = np.lib.format.read_magic(f)
@@ -189,23 +151,33 @@ def load_npy(path: str | os.PathLike[str], *, trust_pickle: bool = False) -> Any
                 else:
                     shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
             except Exception as err:
-                raise DatasetError(field, f"malformed .npy header ({err})",
-                                   "the file is corrupted; re-download or re-export it", path) from err
+                raise DatasetError(field, f"malformed .npy header ({type(err).__name__}: {err})", corrupt,
+                                   path) from err
+            if dtype.hasobject and dtype != np.dtype(object):
+                raise DatasetError(field, f"the header's dtype {dtype} mixes object fields with others (a "
+                                   "structured dtype over pointers)", "store plain numeric arrays", path)
             if not dtype.hasobject:
+                if not _plain_dtype(dtype):
+                    raise DatasetError(field, f"the header's dtype {dtype} is not a bool / numeric / string dtype",
+                                       "store plain numeric arrays (no structured, void or datetime dtypes)", path)
+                count = int(np.prod(shape, dtype=object))
+                left = os.fstat(f.fileno()).st_size - f.tell()
+                if left != count * dtype.itemsize:
+                    raise DatasetError(field, f"the header promises {count * dtype.itemsize} bytes of "
+                                       f"{dtype}{list(shape)}, the file holds {left}", corrupt, path)
                 try:
-                    f.seek(0)
-                    return np.load(f, allow_pickle=False)
+                    array = np.fromfile(f, dtype=dtype, count=count)
+                    return array.reshape(shape, order="F" if fortran else "C")
                 except Exception as err:
-                    raise DatasetError(field, f"unreadable array payload ({type(err).__name__}: {err})",
-                                       "the file is corrupted or truncated; re-download or re-export it",
+                    raise DatasetError(field, f"unreadable array payload ({type(err).__name__}: {err})", corrupt,
                                        path) from err
             if trust_pickle:
                 value = pickle.load(f)  # noqa: S301 — explicit opt-in
             else:
-                value = _restricted_load(f, field, path)
+                value = read_pickle(f.read(), field=field, path=path)
             if isinstance(value, np.ndarray) and value.shape != tuple(shape):
                 raise DatasetError(field, f"the pickled array has shape {value.shape}, the header says {shape}",
-                                   "the file is corrupted; re-download or re-export it", path)
+                                   corrupt, path)
     if isinstance(value, np.ndarray) and value.dtype == object and value.ndim == 0:
         return value.item()
     return value
@@ -234,10 +206,77 @@ def _format_of(path: Path, fmt: str | None) -> str:
     return _SUFFIXES[suffix]
 
 
+def _decoded_limit(path: Path) -> int:
+    """Bytes a field of ``path`` may decode to: deflate expands at most ~1032×, and nothing legitimate
+    needs more than that (a dataset of unwritten chunks filled with a fill value would)."""
+    return max(256 << 20, 1032 * path.stat().st_size)
+
+
+def check_hdf5_dataset(name: str, item: Any, limit: int, path: Path) -> None:
+    """Refuses an HDF5 dataset that reads outside its file or is not a plain array.
+
+    Refused: external raw storage, virtual datasets (both read other files), compound, object, reference,
+    opaque, array and variable-length non-string dtypes, and a decoded size above ``limit``.
+
+    Raises:
+      DatasetError: naming the dataset.
+    """
+    import h5py
+
+    fix = "store every field as a plain numeric or string dataset inside the file"
+    if item.external:
+        files = sorted({str(entry[0]) for entry in item.external})[:3]
+        raise DatasetError(name, f"its raw data is stored in other files ({', '.join(files)}): reading it would "
+                           "read files outside this one", fix, path)
+    if item.is_virtual:
+        raise DatasetError(name, "is a virtual dataset mapping other files: reading it would read files outside "
+                           "this one", fix, path)
+    dtype = item.dtype
+    if h5py.check_string_dtype(dtype) is not None:
+        if dtype.kind not in "OS":
+            raise DatasetError(name, f"a string dtype {dtype} of an unknown layout", fix, path)
+    elif dtype.kind not in "biuf" or dtype.names is not None or dtype.subdtype is not None:
+        kind = ("compound" if dtype.names is not None else
+                "variable-length" if h5py.check_vlen_dtype(dtype) is not None else
+                "reference" if h5py.check_ref_dtype(dtype) is not None else
+                "array" if dtype.subdtype is not None else f"{dtype}")
+        raise DatasetError(name, f"has a {kind} dtype, not a bool / numeric / string one", fix, path)
+    nbytes = int(np.prod(item.shape, dtype=object) if item.shape is not None else 0) * dtype.itemsize
+    if nbytes > limit:
+        raise DatasetError(name, f"{list(item.shape or ())} {dtype} would decode to {nbytes} bytes from a "
+                           f"{path.stat().st_size}-byte file", "store the data itself, not a shape to fill", path)
+
+
+def check_hdf5_file(path: Path) -> None:
+    """Walks every link and dataset of an HDF5 file: soft / external / user-defined links and the datasets
+    :func:`check_hdf5_dataset` refuses raise :class:`DatasetError` naming the object. Nothing is read."""
+    import h5py
+
+    limit = _decoded_limit(path)
+    links: list[tuple[str, Any]] = []
+    try:
+        with h5py.File(path, "r") as f:
+            f.visititems_links(lambda name, link: links.append((name, link)))  # (h5py swallows raises here)
+            for name, link in links:
+                if not isinstance(link, h5py.HardLink):
+                    raise DatasetError(name, f"is a {type(link).__name__} to another object or file; refused",
+                                       "store every field inside the file", path)
+                item = f[name]
+                if isinstance(item, h5py.Dataset):
+                    check_hdf5_dataset(name, item, limit, path)
+    except DatasetError:
+        raise
+    except Exception as err:  # OSError for truncated / not-HDF5 files, ...
+        raise DatasetError(path.name, f"unreadable HDF5 file ({type(err).__name__}: {err})",
+                           "the file is corrupted or truncated; re-download or re-export it", path) from err
+
+
 def _read_hdf5(path: Path) -> dict[str, Any]:
     import h5py
 
     out: dict[str, Any] = {}
+    limit = _decoded_limit(path)
+    key = path.name
     try:
         with h5py.File(path, "r") as f:
             for key in f.keys():
@@ -248,26 +287,31 @@ def _read_hdf5(path: Path) -> dict[str, Any]:
                 item = f[key]
                 if not isinstance(item, h5py.Dataset):
                     continue
+                check_hdf5_dataset(key, item, limit, path)
                 if h5py.check_string_dtype(item.dtype) is not None:
                     out[key] = np.asarray(item.asstr()[()], dtype=str)
-                elif item.dtype.kind == "O":
-                    raise DatasetError(key, f"variable-length {item.dtype} data is not a reference field",
-                                       "store fixed-shape numeric arrays", path)
                 else:
                     out[key] = np.asarray(item[()])
+            key = METADATA_KEY
             if METADATA_KEY in f.attrs:
                 meta = f.attrs[METADATA_KEY]
-                out[METADATA_KEY] = meta.decode() if isinstance(meta, bytes) else str(meta)
+                if isinstance(meta, bytes):
+                    meta = meta.decode("utf-8")
+                if not isinstance(meta, str):
+                    raise DatasetError(METADATA_KEY, f"the file attribute is a {type(meta).__name__}, not JSON text",
+                                       "re-export the file", path)
+                out[METADATA_KEY] = meta
     except DatasetError:
         raise
-    except Exception as err:  # OSError for truncated / not-HDF5 files, KeyError, ...
-        raise DatasetError(path.name, f"unreadable HDF5 file ({type(err).__name__}: {err})",
+    except Exception as err:  # OSError for truncated / not-HDF5 files, decode errors, ...
+        what = "HDF5 file" if key == path.name else "HDF5 dataset"
+        raise DatasetError(key, f"unreadable {what} ({type(err).__name__}: {err})",
                            "the file is corrupted or truncated; re-download or re-export it", path) from err
     return out
 
 
 def _arrow_to_numpy(column: Any, name: str, path: Path) -> np.ndarray:
-    """A (nested) list column of equal-length lists → an (N, ...) array."""
+    """A (nested) list column of equal-length lists of numbers, bools or strings → an (N, ...) array."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -288,42 +332,102 @@ def _arrow_to_numpy(column: Any, name: str, path: Path) -> np.ndarray:
         raise DatasetError(name, f"{arr.null_count} null values", "fill every value", path)
     if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type):
         return np.asarray(arr.to_pylist(), dtype=str).reshape(shape)
+    if not (pa.types.is_integer(arr.type) or pa.types.is_floating(arr.type) or pa.types.is_boolean(arr.type)):
+        raise DatasetError(name, f"column of {column.type}: its values are not numbers, bools or strings",
+                           "store numeric / string columns (lists of them for per-step fields)", path)
     return np.asarray(arr.to_numpy(zero_copy_only=False)).reshape(shape)
+
+
+def _npy_bytes(data: bytes, name: str, path: Path) -> np.ndarray:
+    """A ``.npy`` image of a bool / numeric / string array (never pickle) → the array."""
+    f = io.BytesIO(data)
+    version = np.lib.format.read_magic(f)
+    read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+    shape, fortran, dtype = read_header(f)
+    if not _plain_dtype(dtype):
+        raise DatasetError(name, f"an array of dtype {dtype} in the parquet metadata", "re-export the file", path)
+    count = int(np.prod(shape, dtype=object))
+    if len(data) - f.tell() != count * dtype.itemsize:
+        raise DatasetError(name, f"the array in the parquet metadata holds {len(data) - f.tell()} bytes, its header "
+                           f"says {count * dtype.itemsize}", "re-export the file", path)
+    return np.frombuffer(data, dtype, count, f.tell()).reshape(shape, order="F" if fortran else "C").copy()
 
 
 def _read_parquet(path: Path) -> dict[str, Any]:
     import pyarrow.parquet as pq
 
+    corrupt = "the file is corrupted or truncated; re-download or re-export it"
     try:
-        table = pq.read_table(path)
+        parquet = pq.ParquetFile(path)
+        meta = parquet.metadata
+        for g in range(meta.num_row_groups):
+            group = meta.row_group(g)
+            for c in range(group.num_columns):
+                chunk = group.column(c)
+                if chunk.file_path:
+                    raise DatasetError(chunk.path_in_schema, f"its data is stored in another file ({chunk.file_path!r}): "
+                                       "reading it would read files outside this one",
+                                       "store every column inside the file", path)
+        table = parquet.read()
+    except DatasetError:
+        raise
     except Exception as err:
-        raise DatasetError(path.name, f"unreadable parquet file ({type(err).__name__}: {err})",
-                           "the file is corrupted or truncated; re-download or re-export it", path) from err
-    out: dict[str, Any] = {name: _arrow_to_numpy(table.column(name), name, path) for name in table.column_names}
-    for key, value in (table.schema.metadata or {}).items():
-        key = key.decode()
+        raise DatasetError(path.name, f"unreadable parquet file ({type(err).__name__}: {err})", corrupt,
+                           path) from err
+    out: dict[str, Any] = {}
+    for name in table.column_names:
+        try:
+            out[name] = _arrow_to_numpy(table.column(name), name, path)
+        except DatasetError:
+            raise
+        except Exception as err:
+            raise DatasetError(name, f"unreadable parquet column ({type(err).__name__}: {err})", corrupt,
+                               path) from err
+    for raw_key, value in (table.schema.metadata or {}).items():
+        try:
+            key = raw_key.decode("utf-8")
+        except UnicodeDecodeError:
+            raise DatasetError(path.name, f"a schema metadata key {raw_key[:40]!r}... is not UTF-8 text",
+                               "re-export the file", path) from None
         if key == METADATA_KEY:
-            out[key] = value.decode()
-        elif key.startswith("array:"):
             try:
-                out[key[len("array:"):]] = np.load(io.BytesIO(value), allow_pickle=False)
+                out[key] = value.decode("utf-8")
+            except UnicodeDecodeError:
+                kind = " (it looks like a pickle)" if value[:1] == b"\x80" else ""
+                raise DatasetError(METADATA_KEY, f"the schema metadata record is not UTF-8 JSON text{kind}; "
+                                   "refused", "re-export the file (the record is written as JSON)", path) from None
+        elif key.startswith("array:"):
+            field = key[len("array:"):]
+            try:
+                out[field] = _npy_bytes(value, field, path)
+            except DatasetError:
+                raise
             except Exception as err:
-                raise DatasetError(key[len("array:"):], f"unreadable array in the parquet metadata ({err})",
+                raise DatasetError(field, f"unreadable array in the parquet metadata ({type(err).__name__}: {err})",
                                    "re-export the file", path) from err
     return out
 
 
-def _plain(value: Any, name: str, path: Path) -> Any:
-    """Turns values of a (safely) unpickled dict into arrays: lists / object arrays of equal-shape arrays
-    are stacked, object arrays of strings become str arrays; strings stay strings."""
+def _plain(value: Any, name: str, path: Path, budget: int) -> Any:
+    """Turns a value of a (safely) unpickled dict into an array: lists / object arrays of equal-shape arrays
+    are stacked, lists / object arrays of strings become str arrays; strings stay strings. ``budget`` caps
+    the bytes a stacked result may take (entries shared by reference must not multiply into a huge array)."""
     if isinstance(value, (str, bytes)):
         return value.decode() if isinstance(value, bytes) else value
     if isinstance(value, (list, tuple)) or (isinstance(value, np.ndarray) and value.dtype == object):
         items = list(value.ravel()) if isinstance(value, np.ndarray) else list(value)
         outer = value.shape if isinstance(value, np.ndarray) else (len(items),)
         if items and all(isinstance(x, (str, np.str_)) for x in items):
+            _within(name, 4 * len(items) * max(len(x) for x in items), budget, path)
             return np.asarray(items, dtype=str).reshape(outer)
-        arrays = [np.asarray(x) for x in items]
+        if any(isinstance(x, (dict, str, bytes, type(None))) for x in items):
+            raise DatasetError(name, "mixes strings, dicts or None with numbers / arrays",
+                               "store a numeric (N, T, ...) array or an array of strings", path)
+        try:
+            arrays = [np.asarray(x) for x in items]
+        except ValueError as err:  # ragged nested lists
+            raise DatasetError(name, f"ragged nested lists ({err})",
+                               "pad every trajectory to the same length T (masks mark the valid steps)", path) from None
         if any(a.dtype == object for a in arrays):
             raise DatasetError(name, "holds nested Python objects, not arrays or strings",
                                "store a numeric (N, T, ...) array or an array of strings", path)
@@ -331,7 +435,10 @@ def _plain(value: Any, name: str, path: Path) -> Any:
             shapes = sorted({a.shape for a in arrays})[:3]
             raise DatasetError(name, f"ragged entries (shapes {shapes} ...)",
                                "pad every trajectory to the same length T (masks mark the valid steps)", path)
-        return np.stack(arrays).reshape(outer + (arrays[0].shape if arrays else ())) if arrays else np.zeros(outer)
+        if not arrays:
+            return np.zeros(outer)
+        _within(name, len(arrays) * arrays[0].nbytes, budget, path)
+        return np.stack(arrays).reshape(outer + arrays[0].shape)
     if isinstance(value, np.ndarray):
         return value
     if isinstance(value, (int, float, bool, np.generic)):
@@ -339,12 +446,19 @@ def _plain(value: Any, name: str, path: Path) -> Any:
     raise DatasetError(name, f"holds a {type(value).__name__}", "store arrays or strings", path)
 
 
+def _within(name: str, nbytes: int, budget: int, path: Path) -> None:
+    if nbytes > budget:
+        raise DatasetError(name, f"would expand to {nbytes} bytes from a {path.stat().st_size}-byte file (entries "
+                           "repeated by reference)", "store the arrays themselves, once each", path)
+
+
 def _read_npy(path: Path, trust_pickle: bool) -> dict[str, Any]:
     value = load_npy(path, trust_pickle=trust_pickle)
     if not isinstance(value, Mapping):
         raise DatasetError(path.name, f"holds a {type(value).__name__}, not a dict of arrays",
                            "pass a file written by np.save(path, {'observations': ..., ...})", path)
-    return {str(k): _plain(v, str(k), path) for k, v in value.items()}
+    budget = 16 * path.stat().st_size + (64 << 20)
+    return {str(k): _plain(v, str(k), path, budget) for k, v in value.items()}
 
 
 def read_reference_file(path: str | os.PathLike[str], *, format: str | None = None,
@@ -639,8 +753,9 @@ def import_reference(
     if METADATA_KEY in raw:
         try:
             record = json.loads(str(raw[METADATA_KEY]))
-        except json.JSONDecodeError as err:
-            raise DatasetError(METADATA_KEY, f"not valid JSON ({err})", "re-export the file", path) from err
+        except (ValueError, RecursionError) as err:
+            raise DatasetError(METADATA_KEY, f"not valid JSON ({type(err).__name__}: {err})", "re-export the file",
+                               path) from None
         if not isinstance(record, dict):
             raise DatasetError(METADATA_KEY, "not a JSON object", "re-export the file", path)
     env = env if env is not None else record.get("env")
@@ -846,7 +961,7 @@ def import_reference(
                                      if isinstance(record.get("provenance"), dict) else {})},
     )
     try:
-        validate_dataset(ds, num_actions=getattr(env_obj, "num_actions", None) if discrete else None)
+        validate_for_env(ds, EnvFacts.of(env_obj))
     except DatasetError as err:
         raise DatasetError(err.field, err.problem, err.fix, path) from err
     if out is not None:

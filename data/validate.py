@@ -17,20 +17,26 @@ load and before flattening, so whatever reaches the training engine has passed i
 * discrete actions are ``int32`` and ``>= 0`` on valid steps (``< num_actions`` when that is given).
 
 Values on padding (other than the flags) are not checked: nothing reads them.
+
+:func:`validate_for_env` adds what only the environment knows (:class:`EnvFacts`, passed in by the caller:
+this layer does not import the environments): the environment's name, state width, action count or
+action width and box, goal width, the encoder's embedding width, and — on real data — the plausibility
+of the states (a bound on their magnitude and the environment's ``legal`` predicate). Every loader that
+knows its environment runs it, and so should anything that trains on a dataset.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from typing import NamedTuple
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from imaginejax.data.errors import DatasetError
 from imaginejax.data.types import LEVELS, SOURCES, TrajectoryDataset
 
-__all__ = ["DatasetDims", "validate_dataset"]
+__all__ = ["DatasetDims", "EnvFacts", "validate_dataset", "validate_for_env"]
 
 ARRAY_FIELDS: tuple[str, ...] = (
     "states",
@@ -293,3 +299,148 @@ def validate_dataset(ds: TrajectoryDataset, *, num_actions: int | None = None) -
                                f"trajectory {i} step {t} (value {int(ds.actions[i, t])})",
                                "discrete actions are indices into the action space")
     return dims
+
+
+# ------------------------------------------------------------------------------------ against an environment
+
+STATE_BOUND = 1e6
+"""No environment's state has an entry beyond this magnitude: real states there are garbage or another unit."""
+MAX_ILLEGAL_FRACTION = 0.5
+"""Real data with more valid states failing the environment's ``legal`` predicate than this is refused: a
+simulator's own states are (almost) all legal; another environment's states of the same width are not."""
+_LEGAL_CHUNK = 4096
+
+
+class EnvFacts(NamedTuple):
+    """What a dataset must agree with to be used with one environment.
+
+    Attributes:
+      name: registry name; the dataset's ``env`` must be it.
+      state_dim: S.
+      discrete: integer action indices (True) or action vectors (False).
+      num_actions: discrete only: valid actions are in ``[0, num_actions)``.
+      action_dim: continuous only: A.
+      action_low, action_high: continuous only: the action box (every entry of every valid action).
+      goal_dim: G of the environment's goal encoding (datasets may also have G = 0); None: unchecked.
+      legal: optional predicate on states, (K, S) float32 -> (K,) bool (the environment's ``legal``).
+    """
+
+    name: str
+    state_dim: int
+    discrete: bool
+    num_actions: int | None = None
+    action_dim: int | None = None
+    action_low: float = -1.0
+    action_high: float = 1.0
+    goal_dim: int | None = None
+    legal: Callable[[np.ndarray], np.ndarray] | None = None
+
+    @classmethod
+    def of(cls, env: Any, *, legality: bool = True) -> EnvFacts:
+        """The facts of an environment object of the registry (``envs.make(name, level)[0]``), read from
+        its attributes ``name``, ``state_dim``, ``discrete``, ``num_actions`` / ``action_dim``,
+        ``action_low`` / ``action_high``, ``goal_dim`` and (with ``legality``) its ``legal`` predicate."""
+        discrete = bool(env.discrete)
+        legal = getattr(env, "legal", None) if legality else None
+        return cls(name=str(env.name), state_dim=int(env.state_dim), discrete=discrete,
+                   num_actions=int(env.num_actions) if discrete else None,
+                   action_dim=None if discrete else int(getattr(env, "action_dim", env.num_actions)),
+                   action_low=float(getattr(env, "action_low", -1.0)),
+                   action_high=float(getattr(env, "action_high", 1.0)),
+                   goal_dim=None if getattr(env, "goal_dim", None) is None else int(env.goal_dim),
+                   legal=None if legal is None else _host_predicate(legal))
+
+
+def _host_predicate(fn: Callable[[Any], Any]) -> Callable[[np.ndarray], np.ndarray]:
+    """A JAX predicate on (..., S) states as a host function (K, S) -> (K,) bool, compiled once (fixed
+    chunks, the last one padded by repeating its first row)."""
+    import jax
+
+    jitted = jax.jit(fn)
+
+    def run(states: np.ndarray) -> np.ndarray:
+        out = np.empty(len(states), bool)
+        for start in range(0, len(states), _LEGAL_CHUNK):
+            chunk = states[start:start + _LEGAL_CHUNK]
+            rows = len(chunk)
+            if rows < _LEGAL_CHUNK:
+                chunk = np.concatenate([chunk, np.repeat(chunk[:1], _LEGAL_CHUNK - rows, axis=0)])
+            out[start:start + rows] = np.asarray(jitted(chunk), bool).reshape(-1)[:rows]
+        return out
+
+    return run
+
+
+def validate_for_env(ds: TrajectoryDataset, env: EnvFacts, *, embed_dim: int | None = None) -> DatasetDims:
+    """:func:`validate_dataset`, then the dataset against environment ``env`` and the encoder's width.
+
+    Checks: ``env`` name; state width S; discrete: ``int32`` actions in ``[0, num_actions)`` on valid steps;
+    continuous: A = ``action_dim`` and every entry in ``[action_low, action_high]`` on valid steps; G = 0
+    or ``goal_dim``; E = ``embed_dim`` (when given); on real data, states ``s_0 .. s_L`` of every row
+    within ``±STATE_BOUND`` and at most :data:`MAX_ILLEGAL_FRACTION` of them failing ``env.legal``.
+
+    Returns:
+      The dataset's dimensions.
+
+    Raises:
+      DatasetError: naming the field, the first offending trajectory / step and the fix.
+    """
+    dims = validate_dataset(ds, num_actions=env.num_actions if env.discrete else None)
+    if ds.env != env.name:
+        raise DatasetError("env", f"the dataset is of {ds.env!r}, this environment is {env.name!r}",
+                           f"use {env.name} data here, or run with env {ds.env!r}")
+    if bool(ds.discrete) != env.discrete:
+        kind = "discrete" if env.discrete else "continuous"
+        raise DatasetError("discrete", f"the dataset has {'discrete' if ds.discrete else 'continuous'} actions, "
+                           f"{env.name} has {kind} ones", f"use {env.name} data here")
+    if dims.S != env.state_dim:
+        raise DatasetError("states", f"width S = {dims.S} but {env.name} states are {env.state_dim}-d",
+                           f"use data of {env.name} (its state vectors), not of another environment or encoding")
+    mask = ds.mask
+    if not env.discrete:
+        if env.action_dim is not None and dims.A != env.action_dim:
+            raise DatasetError("actions", f"width A = {dims.A} but {env.name} actions are {env.action_dim}-d",
+                               f"use data of {env.name}")
+        bad = ((ds.actions < env.action_low) | (ds.actions > env.action_high)).any(axis=2) & mask
+        if bad.any():
+            i, t = _first(bad)
+            worst = ds.actions[i, t][np.argmax(np.abs(ds.actions[i, t]))]
+            raise DatasetError("actions", f"{int(bad.sum())} valid steps with an action outside {env.name}'s box "
+                               f"[{env.action_low:g}, {env.action_high:g}], first at trajectory {i} step {t} "
+                               f"(entry {float(worst):g})",
+                               "rescale the actions into the box (e.g. divide by the source's action bound) or "
+                               "clip them; check the env name")
+    if env.goal_dim is not None and dims.G not in (0, env.goal_dim):
+        raise DatasetError("goals", f"width G = {dims.G} but {env.name} goals are {env.goal_dim}-d",
+                           f"store goals in {env.name}'s encoding, or none (G = 0)")
+    if embed_dim is not None and dims.E != embed_dim:
+        raise DatasetError("instruction_embeddings", f"width E = {dims.E} but the encoder gives {embed_dim}-d "
+                           "embeddings", "embed the instructions with the same encoder (and data.embed setting) "
+                           "as training and evaluation, or re-collect the data")
+    if ds.source == "real":
+        _check_real_states(ds, env)
+    return dims
+
+
+def _check_real_states(ds: TrajectoryDataset, env: EnvFacts) -> None:
+    """Bound and legality of the valid states ``s_0 .. s_L`` of real data."""
+    valid = np.zeros(ds.states.shape[:2], dtype=bool)
+    valid[:, :-1] = ds.mask
+    valid[:, 1:] |= ds.mask
+    huge = (np.abs(ds.states) > STATE_BOUND).any(axis=2) & valid
+    if huge.any():
+        i, t = _first(huge)
+        raise DatasetError("states", f"{int(huge.sum())} states with an entry beyond ±{STATE_BOUND:g}, first at "
+                           f"trajectory {i} step {t}", f"these are not {env.name} states: check the env name, "
+                           "the state encoding and the units")
+    if env.legal is None:
+        return
+    rows, steps = np.nonzero(valid)
+    legal = np.asarray(env.legal(ds.states[rows, steps]), bool).reshape(-1)
+    illegal = int((~legal).sum())
+    if illegal > MAX_ILLEGAL_FRACTION * len(legal):
+        k = int(np.argmax(~legal))
+        raise DatasetError("states", f"{illegal} of {len(legal)} valid states fail {env.name}'s legality "
+                           f"predicate, first at trajectory {int(rows[k])} step {int(steps[k])}",
+                           f"these do not look like {env.name} states: check the env name and the state "
+                           "encoding (generated data belongs under source='imaginary')")
