@@ -12,6 +12,8 @@ Storage is orbax's: an ``orbax.checkpoint.CheckpointManager`` (``enable_async_ch
             tree/                          orbax PyTree checkpoint of {name: array} (OCDBT, tensorstore)
             manifest.json                  format version, interval, meta, name / shape / dtype of every
                                            array, SHA-256 and size of every file under tree/
+            manifest.sha256                the seal: SHA-256 of manifest.json (``sha256sum -c`` format),
+                                           written last
 
 Guarantees:
 
@@ -24,9 +26,11 @@ Guarantees:
   killed mid-deletion never leaves a half-deleted ``step-*`` directory that is listed.
 * **Verified.** Orbax/tensorstore do not checksum the stored chunks (measured with orbax 0.12.8: one
   flipped bit in the middle of a 200 KB float32 chunk file restores without error as ~8,000 wrong
-  values); :func:`load_checkpoint` checks every file's size and SHA-256
-  against the manifest before orbax reads anything, and raises :class:`CheckpointError` naming the
-  file, the checkpoint and the way out (delete it to fall back to the previous one).
+  values). :func:`load_checkpoint` first checks the seal (the manifest is unchanged), then that the
+  manifest is well-formed and agrees with the checkpoint's name (its ``interval``), that ``tree/`` holds
+  exactly the manifest's files with their sizes and SHA-256, and only then lets orbax read; any
+  inconsistency raises :class:`CheckpointError` naming the checkpoint and the way out (delete it to fall
+  back to the previous one, which the message names).
 * **Exact.** NumPy arrays are stored and restored as NumPy arrays by orbax (bitwise: float32/64,
   int32/64, uint32 PRNG key data, bool). Zero-size arrays, which orbax refuses to store, are kept in
   the manifest only (their shape and dtype are their whole content).
@@ -55,10 +59,11 @@ from etils import epath
 
 PyTree = Any
 FORMAT = "imaginejax-checkpoint"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3  # 3: manifest.sha256 seals the manifest
 ITEM = "arrays"  # the item (sub-directory) of ArraysHandler inside a step directory
 TREE = "tree"  # orbax PyTree checkpoint inside the item
 MANIFEST = "manifest.json"
+SEAL = "manifest.sha256"
 _PREFIX = "step-"
 _TMP_MARK = ".orbax-checkpoint-tmp"
 _TRASH = ".deleted"  # orbax's todelete_subdir: old checkpoints are renamed here (atomic), then removed
@@ -170,10 +175,12 @@ class ArraysHandler(ocp.CheckpointHandler):
         if any(spec["stored"] for spec in manifest["arrays"].values()):
             self._tree.finalize(epath.Path(directory / TREE))  # merges orbax's per-process OCDBT data
         manifest["files"] = _files(directory / TREE)
-        with open(directory / MANIFEST, "w") as f:
-            json.dump(manifest, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
+        text = json.dumps(manifest, indent=1).encode()
+        for name, content in ((MANIFEST, text), (SEAL, f"{hashlib.sha256(text).hexdigest()}  {MANIFEST}\n".encode())):
+            with open(directory / name, "wb") as f:
+                f.write(content)
+                f.flush()
+                os.fsync(f.fileno())
 
     def restore(self, directory: epath.Path, args: ArraysRestore | None = None
                 ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
@@ -204,23 +211,82 @@ class ArraysRestore(ocp.args.CheckpointArgs):
 
 
 def _fix(step_dir: Path) -> str:
-    return (f"delete {step_dir} to resume from the previous checkpoint in {step_dir.parent} (if any), "
-            "or start again without resume")
+    """The way out of a bad checkpoint: delete it, and resume from the previous one (named) or restart."""
+    earlier = [p for _, p in list_checkpoints(step_dir.parent) if p.name < step_dir.name]
+    previous = (f"to resume from the previous checkpoint {earlier[-1]}" if earlier
+                else "(there is no earlier checkpoint: start again without resume)")
+    return f"delete {step_dir} {previous}"
+
+
+def _manifest_problem(manifest: Any, step_dir: Path) -> str | None:
+    """What is inconsistent in a parsed manifest (None: nothing)."""
+    if not isinstance(manifest, dict):
+        return "it is not a JSON object"
+    interval, files, specs = manifest.get("interval"), manifest.get("files"), manifest.get("arrays")
+    if type(interval) is not int or interval < 0:
+        return f"its interval {interval!r} is not a non-negative integer"
+    if step_dir.name.startswith(_PREFIX) and step_dir.name[len(_PREFIX):].isdigit() \
+            and interval != int(step_dir.name[len(_PREFIX):]):
+        return f"its interval {interval} is not the checkpoint's ({step_dir.name})"
+    if not isinstance(manifest.get("meta"), dict):
+        return "its meta is not a JSON object"
+    if not isinstance(files, dict) or not all(
+            isinstance(name, str) and isinstance(e, dict) and isinstance(e.get("sha256"), str)
+            and type(e.get("bytes")) is int for name, e in files.items()):
+        return "its file list is malformed"
+    if not isinstance(specs, dict) or not all(
+            isinstance(spec, dict) and isinstance(spec.get("stored"), bool) and isinstance(spec.get("dtype"), str)
+            and isinstance(spec.get("shape"), list) and all(type(d) is int and d >= 0 for d in spec["shape"])
+            for spec in specs.values()):
+        return "its array list is malformed"
+    for name, spec in specs.items():
+        try:
+            dtype = np.dtype(spec["dtype"])
+        except TypeError:
+            return f"array {name!r} has an unknown dtype {spec['dtype']!r}"
+        if dtype.hasobject or dtype.names is not None:
+            return f"array {name!r} has dtype {spec['dtype']!r} (checkpoints hold numeric arrays only)"
+        if not spec["stored"] and int(np.prod(spec["shape"], dtype=object)) != 0:
+            return f"array {name!r} is not stored but not empty"
+    return None
 
 
 def _read_manifest(item: Path, fix: str) -> dict[str, Any]:
-    manifest_file = item / MANIFEST
+    """The manifest of an item, after its seal and its consistency are checked."""
+    manifest_file, seal_file, step_dir = item / MANIFEST, item / SEAL, item.parent
     try:
-        manifest = json.loads(manifest_file.read_text())
-        version, files, specs = manifest.get("format_version"), manifest["files"], manifest["arrays"]
-        if not isinstance(files, dict) or not isinstance(specs, dict):
-            raise TypeError("files / arrays are not mappings")
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
-        raise CheckpointError(f"checkpoint manifest {manifest_file} is missing or corrupted ({err}): "
-                              f"{fix}") from err
-    if manifest.get("format") != FORMAT or version != FORMAT_VERSION:
-        raise CheckpointError(f"{manifest_file} is format {manifest.get('format')!r} version {version}, this code "
+        text = manifest_file.read_bytes()
+    except OSError as err:
+        raise CheckpointError(f"checkpoint manifest {manifest_file} is missing or corrupted ({err}): {fix}") from err
+    try:
+        seal = seal_file.read_text().split()[0] if seal_file.is_file() else None
+    except (OSError, UnicodeDecodeError, IndexError):
+        seal = ""
+    if seal != hashlib.sha256(text).hexdigest():
+        try:
+            loose = json.loads(text)
+            version = loose.get("format_version") if isinstance(loose, dict) else None
+        except (ValueError, RecursionError):
+            version = None
+        if seal is None and isinstance(version, int) and version < FORMAT_VERSION:
+            raise CheckpointError(f"{manifest_file} is format version {version} (unsealed), this code reads version "
+                                  f"{FORMAT_VERSION}: {fix}")
+        what = "has no seal" if seal is None else "does not match its seal"
+        raise CheckpointError(f"checkpoint manifest {manifest_file} is missing or corrupted: it {what} ({SEAL}: the "
+                              f"SHA-256 of the manifest as written), so it was edited or damaged after the checkpoint "
+                              f"was written and cannot be trusted: {fix}")
+    try:
+        manifest = json.loads(text)
+    except (ValueError, RecursionError) as err:
+        raise CheckpointError(f"checkpoint manifest {manifest_file} is missing or corrupted ({err}): {fix}") from err
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or manifest.get("format_version") != FORMAT_VERSION:
+        got = manifest if not isinstance(manifest, dict) else manifest.get("format")
+        version = manifest.get("format_version") if isinstance(manifest, dict) else None
+        raise CheckpointError(f"{manifest_file} is format {got!r} version {version}, this code "
                               f"reads {FORMAT!r} version {FORMAT_VERSION}: {fix}")
+    problem = _manifest_problem(manifest, step_dir)
+    if problem is not None:
+        raise CheckpointError(f"checkpoint manifest {manifest_file} is inconsistent: {problem}: {fix}")
     return manifest
 
 
@@ -228,6 +294,12 @@ def _read_item(item: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     fix = _fix(item.parent)
     manifest = _read_manifest(item, fix)
     tree_dir = item / TREE
+    on_disk = sorted(p.relative_to(tree_dir).as_posix() for p in tree_dir.rglob("*") if p.is_file()) \
+        if tree_dir.is_dir() else []
+    extra = sorted(set(on_disk) - set(manifest["files"]))
+    if extra:
+        raise CheckpointError(f"checkpoint {tree_dir} holds files its manifest does not list ({', '.join(extra[:3])}): "
+                              f"{fix}")
     for name, expected in manifest["files"].items():
         file = tree_dir / name
         if not file.is_file():

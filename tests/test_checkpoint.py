@@ -223,8 +223,12 @@ def test_missing_corrupted_or_foreign_checkpoints_are_refused(tmp_path):
     path = save_checkpoint(tmp_path, 1, {"w": np.ones(3, np.float32)}, {})
     manifest_file = path / "arrays" / "manifest.json"
     manifest = json.loads(manifest_file.read_text())
-    manifest_file.write_text(json.dumps(dict(manifest, format_version=99)))
+    _reseal(path, dict(manifest, format_version=99))
     with pytest.raises(CheckpointError, match=r"manifest\.json is format 'imaginejax-checkpoint' version 99"):
+        load_checkpoint(path)
+    (path / "arrays" / "manifest.sha256").unlink()  # an older, unsealed format
+    _reseal(path, dict(manifest, format_version=2), seal=False)
+    with pytest.raises(CheckpointError, match=r"format version 2 \(unsealed\), this code reads version 3"):
         load_checkpoint(path)
     manifest_file.write_text("{not json")
     with pytest.raises(CheckpointError, match=rf"manifest {manifest_file} is missing or corrupted.*delete {path}"):
@@ -238,3 +242,64 @@ def test_missing_corrupted_or_foreign_checkpoints_are_refused(tmp_path):
     (old / "manifest.json").write_text("{}")
     with pytest.raises(CheckpointError, match=r"NumPy format of an older ImagineJAX"):
         load_checkpoint(old)
+
+
+# ------------------------------------------------------------------------------- the manifest is sealed
+
+
+def _reseal(path: Path, manifest: dict, seal: bool = True) -> None:
+    """Rewrites a checkpoint's manifest (and, with ``seal``, its seal to match): a deliberate forgery."""
+    text = json.dumps(manifest, indent=1).encode()
+    (path / "arrays" / "manifest.json").write_bytes(text)
+    if seal:
+        (path / "arrays" / "manifest.sha256").write_text(f"{hashlib.sha256(text).hexdigest()}  manifest.json\n")
+
+
+def test_the_seal_is_the_sha256_of_the_manifest_written_last(tmp_path):
+    path = save_checkpoint(tmp_path, 2, {"w": np.arange(4, dtype=np.float32)}, {"k": 1})
+    item = path / "arrays"
+    digest, name = (item / "manifest.sha256").read_text().split()
+    assert name == "manifest.json" and digest == hashlib.sha256((item / "manifest.json").read_bytes()).hexdigest()
+    assert (item / "manifest.sha256").stat().st_mtime_ns >= (item / "manifest.json").stat().st_mtime_ns
+
+
+@pytest.mark.parametrize("interval", [1, 3])
+def test_an_edited_interval_is_refused_naming_the_previous_checkpoint(tmp_path, interval):
+    """``"interval": 2`` edited to 1 resumed silently from the wrong point, and to 3 raised an IndexError
+    in the engine; now both are a CheckpointError, before anything is restored."""
+    first = save_checkpoint(tmp_path, 1, {"w": np.zeros(3, np.float32)}, {})
+    path = save_checkpoint(tmp_path, 2, {"w": np.ones(3, np.float32)}, {})
+    manifest_file = path / "arrays" / "manifest.json"
+    manifest_file.write_text(manifest_file.read_text().replace('"interval": 2', f'"interval": {interval}'))
+    with pytest.raises(CheckpointError) as error:
+        load_checkpoint(path)
+    message = str(error.value)
+    assert "does not match its seal" in message and str(path) in message
+    assert f"resume from the previous checkpoint {first}" in message
+    # Even with the seal forged to match, the interval must be the checkpoint's own.
+    _reseal(path, dict(json.loads(manifest_file.read_text())))
+    with pytest.raises(CheckpointError, match=rf"interval {interval} is not the checkpoint's \(step-00000002\)"):
+        load_checkpoint(path)
+
+
+@pytest.mark.parametrize("forgery", ["no seal", "empty seal", "array list", "file list", "object dtype", "meta",
+                                     "extra file"])
+def test_every_manifest_inconsistency_is_a_checkpoint_error(tmp_path, forgery):
+    path = save_checkpoint(tmp_path, 1, {"w": np.ones(3, np.float32), "e": np.zeros((0, 2), np.int32)}, {"a": 1})
+    manifest = json.loads((path / "arrays" / "manifest.json").read_text())
+    if forgery == "no seal":
+        (path / "arrays" / "manifest.sha256").unlink()
+    elif forgery == "empty seal":
+        (path / "arrays" / "manifest.sha256").write_text("")
+    elif forgery == "array list":
+        _reseal(path, dict(manifest, arrays={"w": {"shape": "3", "dtype": "float32", "stored": True}}))
+    elif forgery == "file list":
+        _reseal(path, dict(manifest, files=[]))
+    elif forgery == "object dtype":
+        _reseal(path, dict(manifest, arrays=dict(manifest["arrays"], e={"shape": [0], "dtype": "O", "stored": False})))
+    elif forgery == "meta":
+        _reseal(path, dict(manifest, meta=[1]))
+    else:
+        (path / "arrays" / "tree" / "smuggled").write_bytes(b"x")
+    with pytest.raises(CheckpointError, match=rf"{path}.*start again without resume"):
+        load_checkpoint(path)

@@ -194,3 +194,27 @@ def test_interval_events_drive_progress_over_chunks_and_resume(tmp_path):
     # Resuming the finished sweep: one restored event per chunk, everything counted done, nothing trained.
     assert progress.done == progress.total == 6 and progress.worked == 0
     assert stream.getvalue().count("resumed chunk") == 2 and "updates/s" not in stream.getvalue()
+
+
+@pytest.mark.parametrize("interval", [1, 3])
+def test_a_checkpoint_with_an_edited_interval_is_never_resumed(tmp_path, interval):
+    """``"interval": 2`` edited to 1 in manifest.json resumed silently from the wrong point (and to 3 raised
+    a bare IndexError); now resuming stops with a CheckpointError naming the checkpoint and the previous one."""
+    import jax
+    from imaginejax.algos.bc import BCHyperparams
+    from imaginejax.data.transitions import to_transitions
+    from toy_env import expert_dataset
+
+    trainer = _toy_trainer()
+    real = to_transitions(expert_dataset(32))
+    keys = jax.random.split(jax.random.PRNGKey(0), 2)
+    hp = BCHyperparams(learning_rate=jnp.full((2,), 1e-3, jnp.float32))
+    ckpt = tmp_path / "ckpt"
+    trainer.train(keys, hp, real, log=None, checkpoint_dir=ckpt)
+    (first, _), (last, latest) = list_checkpoints(ckpt / "chunk-000")
+    assert (first, last) == (1, 2)
+    manifest = latest / "arrays" / "manifest.json"
+    manifest.write_text(manifest.read_text().replace('"interval": 2', f'"interval": {interval}'))
+    with pytest.raises(CheckpointError, match=rf"{latest}.*delete {latest} to resume from the previous checkpoint "
+                                              rf".*step-00000001"):
+        trainer.train(keys, hp, real, log=None, checkpoint_dir=ckpt, resume=True)
