@@ -5,8 +5,9 @@ An algorithm is a record of pure functions (ARCHITECTURE.md, "Algorithm"):
 * ``init(key, spec, hp) -> state`` — a pytree (parameters, optimiser states, step counter);
 * ``update(state, batch, key, hp) -> (state, metrics)`` — one gradient step on a :class:`Batch`;
 * ``act(state, obs, key, hp, deterministic) -> action`` — batched action selection, obs (B, S+E);
-* optionally ``bind_data(hp, real, imag) -> hp`` — for algorithms whose update reads the whole training
-  data (PRDC's nearest-neighbour search): the engine calls it inside every compiled interval with the
+* optionally ``bind_data(hp, real, imag, imag_rows) -> hp`` — for algorithms whose update reads the whole
+  training data (PRDC's nearest-neighbour search; ``imag_rows`` (2,) = (start, count) of the run's own rows
+  of ``imag``): the engine calls it inside every compiled interval with the
   interval's own dataset arguments, so datasets stay arguments of the compiled call (never closure
   constants) and all vmapped runs share one copy.
 
@@ -57,4 +58,4 @@ class Algorithm(NamedTuple):
     update: Callable[[PyTree, Batch, jax.Array, PyTree], tuple[PyTree, dict[str, jax.Array]]]
     act: Callable[[PyTree, jax.Array, jax.Array, PyTree, bool], jax.Array]
     default_hp: Callable[[Spec], PyTree]
-    bind_data: Callable[[PyTree, Any, Any], PyTree] | None = None
+    bind_data: Callable[[PyTree, Any, Any, Any], PyTree] | None = None

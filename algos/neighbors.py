@@ -72,10 +72,13 @@ class ConstraintData:
     Attributes:
       real: the real transitions (K_r rows, (M_r, E) instruction table).
       imag: the imaginary transitions (K_i rows, (M_i, E) table); a one-row placeholder when there are none.
+      imag_rows: (2,) int32 (start, count): only rows [start, start + count) of ``imag`` are searched (the
+        run's own source when several share the buffer); None: all of them.
     """
 
     real: Transitions
     imag: Transitions
+    imag_rows: jax.Array | None = None
 
 
 @struct.dataclass
@@ -132,7 +135,7 @@ def _chunk_sizes(num_rows: int, chunk: int, block: int) -> tuple[int, int]:
 def nearest_row(query_state: jax.Array, query_embedding: jax.Array, query_action: jax.Array, data: Transitions,
                 normalizer: StateNormalizer, beta: jax.Array | float, *, chunk: int,
                 num_actions: int | None = None, allowed: jax.Array | bool = True,
-                block: int = BLOCK) -> tuple[jax.Array, jax.Array]:
+                block: int = BLOCK, window: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
     """Exact nearest row of one buffer in the joint space (chunked brute force, see the module docstring).
 
     Args:
@@ -146,6 +149,7 @@ def nearest_row(query_state: jax.Array, query_embedding: jax.Array, query_action
       num_actions: static; None for continuous actions, n for discrete ones (φ = one-hot).
       allowed: () bool (traced); False makes the distance +inf (the buffer is not part of the search).
       block: static, rows per block of the two-pass argmin (module docstring).
+      window: optional (2,) int32 (start, count): rows outside [start, start + count) are not searched.
 
     Returns:
       (distance (B,) float32: d(b, j*) with its state-action part recomputed directly, or +inf when not
@@ -168,6 +172,10 @@ def nearest_row(query_state: jax.Array, query_embedding: jax.Array, query_action
     # d(b, j) minus the per-query constant ‖x_b‖², so its argmin over j is the nearest row.
     x_aug = jnp.concatenate([-2.0 * x, jnp.ones((b, 1), jnp.float32)] + ([table] if fold else []), -1)
 
+    def outside(rows: jax.Array) -> jax.Array:
+        """0 for rows inside ``window``, +inf outside."""
+        return jnp.where((rows >= window[0]) & (rows < window[0] + window[1]), 0.0, jnp.inf)
+
     def step(carry, i):
         best_v, best_start = carry
         start = jnp.minimum(i * size, num_rows - size)  # the last chunk ends at row K (overlap is harmless)
@@ -180,6 +188,8 @@ def nearest_row(query_state: jax.Array, query_embedding: jax.Array, query_action
         v = x_aug @ jnp.concatenate(y_aug, -1).T  # (B, size)
         if not fold:
             v = v + jnp.take(table, instruction, axis=1)
+        if window is not None:
+            v = v + outside(start + jnp.arange(size, dtype=jnp.int32))[None, :]
         block_min = v.reshape(b, size // block, block).min(-1)  # (B, blocks): one cheap reduction
         jb = jnp.argmin(block_min, axis=1)
         v_j = jnp.take_along_axis(block_min, jb[:, None], axis=1)[:, 0]
@@ -192,6 +202,8 @@ def nearest_row(query_state: jax.Array, query_embedding: jax.Array, query_action
     index = best_start[:, None] + jnp.arange(block, dtype=jnp.int32)[None, :]  # (B, block)
     y = _keys(data.state[index], data.action[index], normalizer, beta, num_actions)  # (B, block, D)
     d = jnp.sum(jnp.square(x[:, None, :] - y), -1) + jnp.take_along_axis(table, data.instruction[index], axis=1)
+    if window is not None:
+        d = d + outside(index)
     j = jnp.argmin(d, axis=1)
     distance = jnp.take_along_axis(d, j[:, None], axis=1)[:, 0]
     return jnp.where(jnp.asarray(allowed), distance, jnp.inf), jnp.take_along_axis(index, j[:, None], axis=1)[:, 0]
@@ -207,14 +219,19 @@ def joint_distance(query_state: jax.Array, query_embedding: jax.Array, query_act
     return jnp.sum(jnp.square(x - y), -1) + jnp.sum(jnp.square(emb), -1)
 
 
-def random_rows(key: jax.Array, data: Transitions, size: int) -> tuple[Transitions, jax.Array]:
-    """``size`` rows of ``data`` drawn uniformly with replacement, for the approximate search.
+def random_rows(key: jax.Array, data: Transitions, size: int,
+                window: jax.Array | None = None) -> tuple[Transitions, jax.Array]:
+    """``size`` rows of ``data`` (of rows [start, start + count) with ``window``) drawn uniformly with
+    replacement, for the approximate search.
 
     Returns:
       (a buffer whose state, action and instruction are the drawn rows — the fields the search reads; the
       others are left as they are —, rows (size,) int32 into ``data``).
     """
-    rows = jax.random.randint(key, (size,), 0, data.state.shape[0], dtype=jnp.int32)
+    if window is None:
+        rows = jax.random.randint(key, (size,), 0, data.state.shape[0], dtype=jnp.int32)
+    else:
+        rows = window[0] + jax.random.randint(key, (size,), 0, window[1], dtype=jnp.int32)
     return data.replace(state=data.state[rows], action=data.action[rows], instruction=data.instruction[rows]), rows
 
 
@@ -253,11 +270,11 @@ def nearest_neighbor(query_state: jax.Array, query_embedding: jax.Array, query_a
     """
     kw = dict(chunk=chunk, num_actions=num_actions)
 
-    def search(buffer: Transitions, allowed, buffer_key) -> tuple[jax.Array, jax.Array]:
+    def search(buffer: Transitions, allowed, buffer_key, window) -> tuple[jax.Array, jax.Array]:
         if subset is None or subset >= buffer.state.shape[0]:
             return nearest_row(query_state, query_embedding, query_action, buffer, normalizer, beta,
-                               allowed=allowed, **kw)
-        sample, rows = random_rows(buffer_key, buffer, subset)
+                               allowed=allowed, window=window, **kw)
+        sample, rows = random_rows(buffer_key, buffer, subset, window)
         distance, index = nearest_row(query_state, query_embedding, query_action, sample, normalizer, beta,
                                       allowed=allowed, **kw)
         return distance, rows[index]
@@ -274,9 +291,9 @@ def nearest_neighbor(query_state: jax.Array, query_embedding: jax.Array, query_a
     exact = lambda buffer, i: joint_distance(query_state, query_embedding, query_action, buffer, i, normalizer,
                                              beta, num_actions)
     found = []  # (distance, index, imaginary, action) per source, in tie-breaking order
-    for buffer, allowed, buffer_key, flag in ((data.real, use_real, real_key, False),
-                                              (data.imag, use_imag, imag_key, True)):
-        d, i = search(buffer, allowed, buffer_key)
+    for buffer, allowed, buffer_key, flag, window in ((data.real, use_real, real_key, False, None),
+                                                      (data.imag, use_imag, imag_key, True, data.imag_rows)):
+        d, i = search(buffer, allowed, buffer_key, window)
         found.append((jnp.where(jnp.isinf(d), d, exact(buffer, i)), i, jnp.full((b,), flag), buffer.action[i]))
     if candidates is not None:
         buffer, flags = candidates

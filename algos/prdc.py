@@ -144,7 +144,8 @@ class DiscretePRDCHyperparams:
 Hyperparams = PRDCHyperparams | DiscretePRDCHyperparams
 
 
-def bind_datasets(hp: Hyperparams, real: Transitions, imag: Transitions) -> Hyperparams:
+def bind_datasets(hp: Hyperparams, real: Transitions, imag: Transitions,
+                  imag_rows: jax.Array | None = None) -> Hyperparams:
     """``hp`` with the datasets to search bound in (call it inside the compiled function that receives them).
 
     Args:
@@ -152,8 +153,11 @@ def bind_datasets(hp: Hyperparams, real: Transitions, imag: Transitions) -> Hype
       real: the real transitions.
       imag: the imaginary transitions (a :func:`~imaginejax.data.transitions.placeholder_like` buffer when
         there are none; it is searched only for batches that hold imaginary rows).
+      imag_rows: optional (2,) int32 (start, count): the run's own rows of ``imag`` (None: all of them).
     """
-    return hp.replace(search=ConstraintData(real=real, imag=imag))
+    if imag_rows is None:
+        imag_rows = jnp.array([0, imag.state.shape[0]], jnp.int32)
+    return hp.replace(search=ConstraintData(real=real, imag=imag, imag_rows=jnp.asarray(imag_rows, jnp.int32)))
 
 
 def _require_search(hp: Hyperparams) -> ConstraintData:

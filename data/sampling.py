@@ -15,6 +15,10 @@ ratio): for a fixed key, changing the ratio changes which rows are imaginary but
 for the rows that stay real (common random numbers across a ratio sweep). Each row's embedding is
 looked up in its own buffer's table (real and imaginary tables differ).
 
+Several imaginary sources (e.g. one per task level, or imaginary and oracle data) can share one buffer:
+``imag_rows = (start, count)`` restricts the imaginary draws to rows ``[start, start + count)`` (traced, so
+runs of one compiled sweep can each mix in their own source).
+
 With ``ratio = 0`` no imaginary row is ever selected, so the imaginary buffer may be a
 :func:`~imaginejax.data.transitions.placeholder_like` stand-in (it still needs one row: both buffers are
 indexed, and the imaginary values are discarded by a select).
@@ -103,7 +107,7 @@ def sample_uniform(key: jax.Array, data: Transitions, batch_size: int, *, imagin
 
 
 def sample_mixed(key: jax.Array, real: Transitions, imag: Transitions, batch_size: int,
-                 ratio: jax.Array | float) -> Batch:
+                 ratio: jax.Array | float, imag_rows: jax.Array | None = None) -> Batch:
     """Draws a batch with exactly ``num_imaginary(ratio, B)`` imaginary rows and the rest real.
 
     See the module docstring for the rule, the row layout and the randomness. Works under ``jit`` (with
@@ -116,6 +120,8 @@ def sample_mixed(key: jax.Array, real: Transitions, imag: Transitions, batch_siz
         action shape and dtype, and embedding width as ``real``.
       batch_size: B, a static int >= 1.
       ratio: () float in [0, 1], the imaginary fraction (an array, possibly traced).
+      imag_rows: optional (2,) int32 (start, count), count >= 1: imaginary rows are drawn from
+        ``imag[start : start + count]`` only (None: the whole buffer).
 
     Returns:
       Batch: state, next_state (B, S); embedding (B, E); action (B,) or (B, A); reward, terminal (B,);
@@ -131,8 +137,12 @@ def sample_mixed(key: jax.Array, real: Transitions, imag: Transitions, batch_siz
                              f"{r.dtype}{list(r.shape[1:])}: both buffers must share the spaces and encoder")
     is_imag = jnp.arange(b) < num_imaginary(ratio, b)
     # One draw for both buffers (row 0 real, row 1 imaginary): half the compile time of two under vmap.
-    sizes = jnp.array([[real.state.shape[0]], [imag.state.shape[0]]], dtype=jnp.int32)
+    if imag_rows is None:
+        imag_rows = jnp.array([0, imag.state.shape[0]], dtype=jnp.int32)
+    chex.assert_shape(imag_rows, (2,))
+    sizes = jnp.stack([jnp.int32(real.state.shape[0]), imag_rows[1].astype(jnp.int32)])[:, None]
     idx = jax.random.randint(key, (2, b), 0, sizes)
+    idx = idx.at[1].add(imag_rows[0].astype(jnp.int32))
     from_real, from_imag = _gather(real, idx[0]), _gather(imag, idx[1])
     select = lambda r, i: jnp.where(is_imag.reshape((b,) + (1,) * (r.ndim - 1)), i, r)
     return Batch(**{name: select(from_real[name], from_imag[name]) for name in from_real}, imaginary=is_imag)

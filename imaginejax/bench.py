@@ -10,12 +10,18 @@ continues where it stopped:
    data writes rollouts (:mod:`imaginejax.imaginer.finetune`, :mod:`imaginejax.imaginer.imagine`; the
    fine-tuning resumes from its checkpoints, finished datasets are reused), or *oracle* expert rollouts
    of the novel tasks (the paper's upper bound), or none;
-3. **training** — for each algorithm, one sweep of seeds × hyperparameters × real/imaginary ratios
-   (:class:`~imaginejax.sweep.Sweep`) in one compiled call per chunk, evaluated on every level after every
-   interval (:mod:`imaginejax.engine`), with metrics and checkpoints in ``<out>/runs/<algorithm>/``;
-   a re-run resumes from the checkpoints (the engine refuses a checkpoint of a different sweep);
-4. **report** — the markdown table (IQM and bootstrap 95 % intervals over seeds) and figures
-   (:mod:`imaginejax.figures`).
+3. **training** — for each algorithm, one sweep of seeds × hyperparameters × data conditions × ratios
+   (:class:`~imaginejax.sweep.Sweep`) in one compiled call per chunk, evaluated on every level (every task
+   equally often) after every interval (:mod:`imaginejax.engine`), with metrics, per-task success and
+   checkpoints in ``<out>/runs/<algorithm>/``; a re-run resumes from the checkpoints (the engine refuses
+   a checkpoint of a different sweep). The data conditions (``train.conditions``) follow the reference
+   protocol: *real* runs train on real data only; for each novel level L, *imaginary* runs mix the
+   real data with L's imaginary rollouts and *oracle* runs with real expert rollouts of L's tasks
+   (``train.protocol = "pooled"`` mixes one buffer of every novel level's data instead);
+4. **report** — the three-way table per algorithm and level (real only / real + imaginary / real +
+   oracle; IQM and bootstrap 95 % intervals over seeds of each run's success averaged over its last
+   ``report.last`` evaluations, with the imaginary data's quality beside it), the per-configuration
+   table and figures (:mod:`imaginejax.figures`).
 
 A workspace directory (``--out``) holds::
 
@@ -38,7 +44,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import jax
 import numpy as np
@@ -48,7 +54,7 @@ from imaginejax import envs
 from imaginejax.algos.base import Spec
 from imaginejax.algos.common import StateNormalizer
 from imaginejax.algos.networks import NetConfig
-from imaginejax.config import Config, ConfigError, imagined_levels, level_episodes
+from imaginejax.config import Config, ConfigError, data_conditions, imagined_levels, level_episodes
 from imaginejax.data import (TrajectoryDataset, concat_transitions, load_dataset, read_manifest, save_dataset,
                              to_transitions)
 from imaginejax.data.collect import Policy, collect
@@ -163,6 +169,70 @@ def first_trajectories(datasets: Sequence[TrajectoryDataset], count: int) -> lis
     return out
 
 
+def oracle_data(config: Config, log: Log = log_stderr) -> list[TrajectoryDataset]:
+    """Expert rollouts of every imagined level's tasks (cached): the oracle condition's data."""
+    im, d = config.imagine, config.data
+    return [cached_expert_data(d.env, level, level_episodes(config, level), im.seed + i, d.epsilon,
+                               data_root(config), embed=d.embed, log=log)
+            for i, level in enumerate(imagined_levels(config))]
+
+
+def filter_imaginary(config: Config, datasets: Sequence[TrajectoryDataset],
+                     log: Log = log_stderr) -> list[TrajectoryDataset]:
+    """``imagine.filter`` applied to imaginer rollouts (:func:`~imaginejax.imaginer.quality.filter_dataset`;
+    the filter and its counts are recorded in each dataset's provenance)."""
+    if config.imagine.filter == "none":
+        return list(datasets)
+    from imaginejax.imaginer.quality import filter_dataset, score_dataset
+
+    out = []
+    for ds in datasets:
+        kept = filter_dataset(ds, score_dataset(ds), require_legal=True,
+                              require_goal=config.imagine.filter == "consistent-legal")
+        log(f"  {ds.env}/{ds.level}: filter {config.imagine.filter!r} kept {kept.num_trajectories} of "
+            f"{ds.num_trajectories} imaginary rollouts")
+        out.append(kept)
+    return out
+
+
+def mixed_sources(config: Config, real: Sequence[TrajectoryDataset], out_dir: str | Path, *,
+                  imaginary_paths: Sequence[str | Path] = (),
+                  log: Log = log_stderr) -> dict[str, list[TrajectoryDataset]]:
+    """The data mixed into the real data, by source name: ``"<condition>/<level>"`` (per-level protocol)
+    or ``"<condition>/pooled"``, for the conditions 'imaginary' and 'oracle' of :func:`data_conditions`.
+
+    Raises:
+      ConfigError: a given imaginary dataset is of a level that is not a novel level of the environment.
+    """
+    conditions = data_conditions(config)
+    env_name = config.data.env
+    novel = [lv for lv in envs.ENV_LEVELS[env_name] if lv != "train"]
+    per_condition: dict[str, list[TrajectoryDataset]] = {}
+    if "imaginary" in conditions:
+        if imaginary_paths:
+            datasets = load_datasets(imaginary_paths, "imaginary", env_name)
+        else:
+            datasets = imaginary_data(config, real, Path(out_dir) / "imaginary", log)
+        per_condition["imaginary"] = filter_imaginary(config, datasets, log)
+    if "oracle" in conditions:
+        per_condition["oracle"] = oracle_data(config, log)
+    sources: dict[str, list[TrajectoryDataset]] = {}
+    for condition, datasets in per_condition.items():
+        for ds in datasets:
+            if ds.level not in novel:
+                raise ConfigError(f"{condition} data of level {ds.level!r} cannot be mixed into a novel level of "
+                                  f"{env_name} ({', '.join(novel)}): imaginary data is generated for (and "
+                                  "mixed into) the level of its instructions")
+        if config.train.protocol == "pooled":
+            sources[f"{condition}/pooled"] = list(datasets)
+            continue
+        for level in novel:
+            parts = [ds for ds in datasets if ds.level == level]
+            if parts:
+                sources[f"{condition}/{level}"] = parts
+    return sources
+
+
 def load_datasets(paths: Sequence[str | Path], source: str, env_name: str) -> list[TrajectoryDataset]:
     """Datasets from directories, checked to be of ``env_name`` and ``source``.
 
@@ -241,13 +311,10 @@ def imaginary_data(config: Config, real: Sequence[TrajectoryDataset], out_dir: s
                    log: Log = log_stderr) -> list[TrajectoryDataset]:
     """The configuration's imaginary data (``imagine.source``): imaginer rollouts, oracle expert
     rollouts of the novel levels, or nothing."""
-    im, d = config.imagine, config.data
-    if im.source == "none":
+    if config.imagine.source == "none":
         return []
-    if im.source == "oracle":
-        return [cached_expert_data(d.env, level, level_episodes(config, level), im.seed + i, d.epsilon,
-                                   data_root(config), embed=d.embed, log=log)
-                for i, level in enumerate(imagined_levels(config))]
+    if config.imagine.source == "oracle":
+        return oracle_data(config, log)
     return imagine_datasets(config, real, out_dir, log)
 
 
@@ -295,22 +362,35 @@ def algorithm_names(config: Config, spec: Spec) -> tuple[str, ...]:
     return tuple(config.train.algos) or algo_registry.registered(spec.discrete)
 
 
+def eval_episodes(config: Config, eval_levels: dict[str, tuple[Any, Any]]) -> dict[str, int]:
+    """Episodes per evaluation of each level: ``train.eval_episodes`` rounded up to a multiple of the
+    level's task count (:func:`~imaginejax.evaluation.episodes_per_level`)."""
+    from imaginejax.evaluation import episodes_per_level
+
+    return {level: episodes_per_level(config.train.eval_episodes, int(params.goals.shape[0]))
+            for level, (_, params) in eval_levels.items()}
+
+
 def eval_steps_per_run(config: Config, eval_levels: dict[str, tuple[Any, Any]]) -> int:
-    """Environment steps of one evaluation of one run: Σ_levels eval_episodes × max_steps."""
-    return sum(config.train.eval_episodes * int(params.max_steps) for _, params in eval_levels.values())
+    """Environment steps of one evaluation of one run: Σ_levels episodes × max_steps."""
+    episodes = eval_episodes(config, eval_levels)
+    return sum(episodes[level] * int(params.max_steps) for level, (_, params) in eval_levels.items())
 
 
 def train_algorithm(config: Config, name: str, spec: Spec, eval_levels: dict[str, tuple[Any, Any]],
-                    real: Transitions, imag: Transitions | None, run_dir: str | Path,
+                    real: Transitions, imag: Mapping[str, Transitions], run_dir: str | Path,
                     log: Log = log_stderr) -> SweepResult:
-    """One algorithm's sweep (seeds × hyperparameters × ratios), resumed from ``run_dir`` when possible.
+    """One algorithm's sweep (seeds × hyperparameters × data conditions × ratios), resumed from
+    ``run_dir`` when possible.
 
     Args:
       config: the configuration (``train`` section; ``logging`` for the display and metric sinks).
       name: registry name of the algorithm.
       spec: the environment interface.
       eval_levels: level -> (env, params) evaluated after every interval.
-      real, imag: transition buffers (``imag`` None: every ratio must be 0).
+      real: the real transitions.
+      imag: source name -> transitions mixed into the real data (:func:`mixed_sources`); runs on real data
+        only are part of the sweep when ``train.conditions`` holds 'real'.
       run_dir: the sweep's directory (metrics, ``train.log``, ``checkpoints/``).
       log: message sink.
     """
@@ -332,9 +412,11 @@ def train_algorithm(config: Config, name: str, spec: Spec, eval_levels: dict[str
     if settings is not None:
         grid.update({k: [v] for k, v in settings.hp.items()})
         grid.update({k: list(v) for k, v in settings.sweep.items()})
-    sweep = Sweep.grid(seeds=t.seeds, ratios=t.ratios, hp=grid)
-    if imag is None and any(r > 0 for r in t.ratios):
-        raise ConfigError(f"train.ratios {list(t.ratios)} need imaginary data: set imagine.source or pass --imaginary")
+    data = ([""] if "real" in data_conditions(config) else []) + list(imag)
+    if not data:
+        raise ConfigError(f"train.conditions {list(t.conditions)} leave nothing to train: no imaginary or oracle data "
+                          "was produced (check imagine.source, train.ratios and the datasets given)")
+    sweep = Sweep.grid(seeds=t.seeds, ratios=t.ratios, hp=grid, data=data)
     try:
         sweep.build(base_hp)
     except ValueError as error:
@@ -347,18 +429,37 @@ def train_algorithm(config: Config, name: str, spec: Spec, eval_levels: dict[str
     progress = IntervalProgress(name, sweep.num_runs, t.intervals, engine.updates_per_interval,
                                 eval_steps_per_run(config, eval_levels), mode=config.logging.progress,
                                 log_file=run_dir / "train.log", on_interval=sinks.sync)
-    log(f"{name}: {sweep.num_runs} runs ({t.seeds} seeds × {sweep.num_runs // t.seeds} configurations), "
-        f"{t.updates} updates each, batch {batch_size}, {t.intervals} evaluations of {t.eval_episodes} "
-        f"episodes per level -> {run_dir}")
+    episodes = eval_episodes(config, eval_levels)
+    log(f"{name}: {sweep.num_runs} runs ({t.seeds} seeds × {sweep.num_runs // t.seeds} configurations: "
+        f"{', '.join(d or 'real only' for d in data)}), {t.updates} updates each, batch {batch_size}, "
+        f"{t.intervals} evaluations of {', '.join(f'{lv} {n}' for lv, n in episodes.items())} episodes "
+        f"(every task equally often) -> {run_dir}")
     try:
-        result = run_sweep(trainer, sweep, base_hp, real, imag,
+        result = run_sweep(trainer, sweep, base_hp, real, dict(imag) or None,
                            memory_budget=(t.memory_budget_mb << 20) if t.memory_budget_mb else None,
                            run_dir=run_dir, log=progress, on_interval=progress.interval,
                            checkpoint_dir=run_dir / "checkpoints", checkpoint_every=t.checkpoint_every, keep_checkpoints=t.keep_checkpoints, resume=True)
     finally:
         progress.close()
         sinks.close()
+    write_task_success(run_dir, result, eval_levels)
     return result
+
+
+TASK_SUCCESS_FILE = "task_success.json"
+
+
+def write_task_success(run_dir: str | Path, result: SweepResult, eval_levels: dict[str, tuple[Any, Any]]) -> None:
+    """``run_dir/task_success.json``: per level, each task's first instruction and every run's success
+    rate on it at the last evaluation (``runs`` × ``tasks``; rows in sweep order)."""
+    levels = {}
+    for level, (env, params) in eval_levels.items():
+        strings, first = env.instructions(level), np.asarray(params.phrasing_ids)[:, 0]
+        names = [strings[int(m)] for m in first]
+        levels[level] = {"tasks": names,
+                         "success": np.round(np.asarray(result.result.task_success[level], np.float64), 6).tolist()}
+    _write_json(Path(run_dir) / TASK_SUCCESS_FILE, {"runs": [spec.run for spec in result.sweep.table],
+                                                    "levels": levels})
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -428,6 +529,29 @@ def _write_json(path: Path, value: Any) -> None:
     tmp.replace(path)
 
 
+SOURCES_FILE = "sources.json"
+
+
+def source_summary(datasets: Sequence[TrajectoryDataset]) -> dict[str, Any]:
+    """What a data source holds: trajectories, transitions, the quality summary of imaginary data (the
+    first dataset's, None for expert data) and the filters applied to it."""
+    provenance = datasets[0].provenance
+    return {"trajectories": int(sum(ds.num_trajectories for ds in datasets)),
+            "transitions": int(sum(ds.num_transitions for ds in datasets)),
+            "source": datasets[0].source, "quality": provenance.get("quality"),
+            "filters": provenance.get("filters", [])}
+
+
+def source_quality(path: str | Path) -> dict[str, dict[str, Any]]:
+    """level -> quality summary of the workspace's imaginary data (``sources.json``), when recorded."""
+    record_path = Path(path) / SOURCES_FILE
+    if not record_path.is_file():
+        return {}
+    record = json.loads(record_path.read_text())
+    return {name.split("/", 1)[1]: value["quality"] for name, value in record.items()
+            if name.startswith("imaginary/") and value.get("quality")}
+
+
 @dataclasses.dataclass
 class TrainOutcome:
     """What :func:`train` did: per algorithm its sweep result, and the workspace."""
@@ -452,12 +576,8 @@ def train(config: Config, out: str | Path, *, real_paths: Sequence[str | Path] =
     env_name = config.data.env
     log(f"data ({env_name}):")
     real = load_datasets(real_paths, "real", env_name) if real_paths else real_data(config, log)
-    if imaginary_paths:
-        imag = load_datasets(imaginary_paths, "imaginary", env_name)
-    elif any(r > 0 for r in config.train.ratios):
-        imag = imaginary_data(config, real, out / "imaginary", log)
-    else:
-        imag = []
+    sources = mixed_sources(config, real, out, imaginary_paths=imaginary_paths, log=log)
+    imag = [ds for datasets in sources.values() for ds in datasets]
     check_data(out, real, imag)
     eval_levels = evaluation_levels(config)
     spec = interface(real[0], eval_levels)
@@ -470,7 +590,9 @@ def train(config: Config, out: str | Path, *, real_paths: Sequence[str | Path] =
         real = first_trajectories(real, config.data.rl_episodes)
         log(f"  RL trains on the first {config.data.rl_episodes} real trajectories (data.rl_episodes)")
     real_t = concat_transitions([to_transitions(ds, validate=False) for ds in real])
-    imag_t = concat_transitions([to_transitions(ds, validate=False) for ds in imag]) if imag else None
+    imag_t = {name: concat_transitions([to_transitions(ds, validate=False) for ds in datasets])
+              for name, datasets in sources.items()}
+    _write_json(out / SOURCES_FILE, {name: source_summary(datasets) for name, datasets in sources.items()})
     names = algorithm_names(config, spec)
     results, seconds = {}, {}
     for name in names:
@@ -504,13 +626,17 @@ def report(path: str | Path, config: Config, *, figures: bool | None = None, log
         text = sweep_report(Path(path), r.statistic, r.reps, r.seed)
     else:
         text = fig.table(groups, levels, r.statistic, r.reps, r.seed)
+        rows = fig.protocol_rows(groups, levels, r.statistic, r.reps, r.seed, r.last)
+        if rows:
+            text = (fig.protocol_table(rows, r.statistic, source_quality(path), r.reps)
+                    + "\n\nEvery configuration on every level (last evaluation):\n\n" + text)
     target = Path(path) / "results.md"
     tmp = target.with_suffix(".md.tmp")
     tmp.write_text(text + "\n")
     tmp.replace(target)
     if r.figures if figures is None else figures:
         written = fig.write_figures(groups, levels, Path(path) / "figures", statistic=r.statistic, reps=r.reps,
-                                    seed=r.seed)
+                                    seed=r.seed, last=r.last)
         log(f"figures: {', '.join(sorted(p.name for p in written.values()))} in {Path(path) / 'figures'}")
     return text
 

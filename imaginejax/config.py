@@ -82,6 +82,9 @@ class ImagineConfig:
     finetune: dict[str, Any] = _field({}, "fields of the imaginer preset to override, e.g. {num_steps = 200}")
     chunk_size: int = _field(64, "rollouts generated per compiled call")
     seed: int = _field(1, "generation (or oracle collection) seed")
+    filter: Literal["none", "legal", "consistent-legal"] = _field(
+        "none", "quality filter on imaginary rollouts before training: 'legal' keeps rollouts whose every state "
+        "is legal, 'consistent-legal' also requires reaching the goal (recorded in the results)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,11 +105,20 @@ class TrainConfig:
 
     algos: tuple[str, ...] = _field((), "algorithms ([] = every registered one for the action space)")
     seeds: int = _field(5, "seeds per configuration (seeds 0 .. n-1)")
-    ratios: tuple[float, ...] = _field((0.0, 0.5), "imaginary fraction of each batch, swept as a grid")
+    ratios: tuple[float, ...] = _field((0.0, 0.5), "imaginary fraction of each batch, swept as a grid (runs "
+                                                   "without imaginary data have ratio 0; the others each ratio > 0)")
+    conditions: tuple[str, ...] = _field(
+        ("real", "imaginary", "oracle"), "data conditions trained side by side in one sweep: 'real' (real data "
+        "only), 'imaginary' (real + imagine.source's rollouts), 'oracle' (real + expert rollouts of the novel "
+        "tasks, the paper's upper bound)")
+    protocol: Literal["per-level", "pooled"] = _field(
+        "per-level", "'per-level' (the reference's): runs for each novel level mix in that level's data only; "
+        "'pooled': one buffer of every novel level's data")
     batch_size: int = _field(256, "transitions per gradient update")
     updates: int = _field(10000, "gradient updates per run")
     intervals: int = _field(10, "evaluations (and checkpoints) during training; divides train.updates")
-    eval_episodes: int = _field(100, "episodes per level per evaluation (tasks round-robin)")
+    eval_episodes: int = _field(100, "episodes per level per evaluation, rounded up to a multiple of the level's "
+                                     "task count (every task evaluated equally often)")
     encoder_width: int = _field(0, "width of the two tanh language-encoder layers; 0 = each algorithm's "
                                    "reference network (BENCHMARK §4; BabyAI's reference width is 64)")
     hidden: tuple[int, ...] = _field((256, 256), "widths of the ReLU head after the encoder (with encoder_width > 0)")
@@ -134,6 +146,7 @@ class ReportConfig:
     """Statistics table and figures."""
 
     statistic: Literal["iqm", "mean"] = _field("iqm", "point estimate over seeds")
+    last: int = _field(5, "success of a run = its mean over the last k evaluations (KALM: 5; all if fewer)")
     reps: int = _field(2000, "bootstrap replicates of the 95 % intervals")
     seed: int = _field(0, "bootstrap seed")
     figures: bool = _field(True, "write learning curves and bar charts (PNG + CSV)")
@@ -399,6 +412,14 @@ def validate(config: Config) -> None:
         raise ConfigError(f"train.hidden widths must be >= 1, got {list(train.hidden)}")
     if not train.ratios:
         raise ConfigError("train.ratios is empty: give at least one ratio, e.g. [0.0]")
+    known_conditions = ("real", "imaginary", "oracle")
+    for condition in train.conditions:
+        if condition not in known_conditions:
+            raise ConfigError(f"train.conditions: unknown condition {condition!r}; valid: {', '.join(known_conditions)}")
+    if not train.conditions:
+        raise ConfigError("train.conditions is empty: give at least one of real, imaginary, oracle")
+    if config.report.last < 1:
+        raise ConfigError(f"report.last must be >= 1, got {config.report.last}")
     for ratio in train.ratios:
         if not 0.0 <= ratio <= 1.0:
             raise ConfigError(f"train.ratios: {ratio} is outside [0, 1]")
@@ -452,6 +473,17 @@ def imagined_levels(config: Config) -> tuple[str, ...]:
     if config.imagine.levels:
         return tuple(config.imagine.levels)
     return tuple(lv for lv in ENV_LEVELS[config.data.env] if lv != "train")
+
+
+def data_conditions(config: Config) -> tuple[str, ...]:
+    """The data conditions actually trained: ``train.conditions`` without those that cannot apply —
+    'imaginary' when ``imagine.source`` is 'none', every mixed condition when no ratio is > 0."""
+    mixing = any(r > 0 for r in config.train.ratios)
+    source = config.imagine.source
+    # With imagine.source 'oracle' the imaginary condition *is* the oracle condition: train it once.
+    skip_imaginary = source == "none" or (source == "oracle" and "oracle" in config.train.conditions)
+    return tuple(c for c in config.train.conditions
+                 if c == "real" or (mixing and not (c == "imaginary" and skip_imaginary)))
 
 
 def level_episodes(config: Config, level: str) -> int:

@@ -2,7 +2,9 @@
 
 ``make_train(algo, spec, config, eval_levels)`` returns a :class:`Trainer`. Its compiled unit is one
 *interval*: ``lax.scan`` over ``config.updates_per_interval`` updates, each on a batch drawn by
-:func:`~imaginejax.data.sampling.sample_mixed` with the run's real/imaginary ratio, followed by an
+:func:`~imaginejax.data.sampling.sample_mixed` with the run's real/imaginary ratio from the run's own
+imaginary source (several sources — e.g. each level's imaginary and oracle data — share one buffer,
+each run drawing from its rows ``[start, start + count)``), followed by an
 evaluation of the run's policy in the JAX environment on every requested level. The interval is
 ``vmap``-ped over the run axis and ``jit``-ted once; a Python loop over intervals only logs, writes
 metrics and checkpoints (ARCHITECTURE.md, "Training engine"). Datasets are arguments of the compiled
@@ -57,7 +59,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Literal, Mapping
+from typing import Any, Callable, Literal, Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -69,9 +71,9 @@ from imaginejax.algos.base import Algorithm, Spec
 from imaginejax.checkpoint import (CheckpointError, flatten_named, list_checkpoints, load_checkpoint,
                                    save_checkpoint, unflatten_named)
 from imaginejax.data.sampling import sample_mixed
-from imaginejax.data.transitions import placeholder_like
+from imaginejax.data.transitions import concat_transitions, placeholder_like
 from imaginejax.data.types import Transitions
-from imaginejax.evaluation import EvalResult, evaluate
+from imaginejax.evaluation import EvalResult, episodes_per_level, evaluate
 from imaginejax.runlog import MetricsLog
 
 PyTree = Any
@@ -99,7 +101,8 @@ class EngineConfig:
       batch_size: B, transitions per gradient update.
       updates_per_interval: gradient updates between two evaluations (one compiled call).
       num_intervals: intervals in a full training run.
-      eval_episodes: episodes per level per evaluation (tasks round-robin).
+      eval_episodes: episodes per level per evaluation, rounded up per level to a multiple of its task
+        count (:func:`~imaginejax.evaluation.episodes_per_level`: every task equally often).
       run_block: None vmaps all runs of a device at once; b >= 1 runs them in ``lax.map``-ped blocks of
         b vmapped runs, which makes results bitwise independent of chunking and of the number of
         devices on CPU (module docstring, :data:`COMPILER_OPTIONS`).
@@ -262,16 +265,16 @@ class Trainer:
         return RunState(algo=self.algo.init(init_key, self.spec, hp), key=run_key,
                         finite=jnp.asarray(True))
 
-    def _interval_one(self, run: RunState, hp: PyTree, ratio: jax.Array, real: Transitions,
-                      imag: Transitions, eval_params: Mapping[str, Any]):
+    def _interval_one(self, run: RunState, hp: PyTree, ratio: jax.Array, imag_rows: jax.Array,
+                      real: Transitions, imag: Transitions, eval_params: Mapping[str, Any]):
         cfg = self.config
         if self.algo.bind_data is not None:  # the update reads the datasets themselves (e.g. PRDC)
-            hp = self.algo.bind_data(hp, real, imag)
+            hp = self.algo.bind_data(hp, real, imag, imag_rows)
 
         def update(carry, _):
             algo_state, key = carry
             key, batch_key, update_key = jax.random.split(key, 3)
-            batch = sample_mixed(batch_key, real, imag, cfg.batch_size, ratio)
+            batch = sample_mixed(batch_key, real, imag, cfg.batch_size, ratio, imag_rows)
             algo_state, metrics = self.algo.update(algo_state, batch, update_key, hp)
             return (algo_state, key), metrics
 
@@ -325,14 +328,14 @@ class Trainer:
         tag = (repr(mesh), self.config.run_block or 0)
         if tag not in self._compiled:
             init = self._blocked(self._init_one, 2)
-            interval = self._blocked(self._interval_one, 3)
+            interval = self._blocked(self._interval_one, 4)
             platform = jax.default_backend() if mesh is None else mesh.devices.flat[0].platform
             # Only where bitwise equality is promised (run_block set): the passes it disables may cost speed.
             options = COMPILER_OPTIONS if platform == "cpu" and self.config.run_block is not None else None
             if mesh is not None:
                 init = jax.shard_map(init, mesh=mesh, in_specs=(P(RUNS), P(RUNS)), out_specs=P(RUNS),
                                      check_vma=False)
-                interval = jax.shard_map(interval, mesh=mesh, in_specs=(P(RUNS),) * 3 + (P(),) * 3,
+                interval = jax.shard_map(interval, mesh=mesh, in_specs=(P(RUNS),) * 4 + (P(),) * 3,
                                          out_specs=P(RUNS), check_vma=False)
             self._compiled[tag] = (jax.jit(init, compiler_options=options),
                                    jax.jit(interval, donate_argnums=(0,), compiler_options=options))
@@ -343,10 +346,15 @@ class Trainer:
         """keys (R, 2) uint32; hp with leading axis R -> RunState with leading axis R (one device)."""
         return self._functions(None)[0](keys, hp)
 
-    def interval(self, run: RunState, hp: PyTree, ratio: jax.Array, real: Transitions,
-                 imag: Transitions) -> tuple[RunState, dict[str, jax.Array], dict[str, EvalResult]]:
-        """One compiled interval for all R runs on one device (``run`` is donated). ratio: (R,)."""
-        return self._functions(None)[1](run, hp, ratio, real, imag, self.eval_params)
+    def interval(self, run: RunState, hp: PyTree, ratio: jax.Array, real: Transitions, imag: Transitions,
+                 imag_rows: jax.Array | None = None
+                 ) -> tuple[RunState, dict[str, jax.Array], dict[str, EvalResult]]:
+        """One compiled interval for all R runs on one device (``run`` is donated). ratio: (R,);
+        imag_rows: (R, 2) int32 (start, count) of each run's imaginary rows (None: the whole buffer)."""
+        if imag_rows is None:
+            imag_rows = np.tile(np.asarray([0, imag.state.shape[0]], np.int32), (np.shape(ratio)[0], 1))
+        return self._functions(None)[1](run, hp, ratio, jnp.asarray(imag_rows, jnp.int32), real, imag,
+                                        self.eval_params)
 
     def memory_estimate(self, hp: PyTree, real: Transitions, imag: Transitions | None = None) -> MemoryEstimate:
         """Estimates device memory from shapes alone (``jax.eval_shape``, nothing is compiled).
@@ -363,16 +371,17 @@ class Trainer:
           hp: the hyperparameters of ONE run (no leading run axis).
           real, imag: the datasets (``imag`` None: real only).
         """
-        imag = placeholder_like(real) if imag is None else imag
+        imag = placeholder_like(real) if imag is None else _stack_sources(imag)[0]
         key = jax.ShapeDtypeStruct((2,), jnp.uint32)
         ratio = jax.ShapeDtypeStruct((), jnp.float32)
+        rows = jax.ShapeDtypeStruct((2,), jnp.int32)
         state = jax.eval_shape(self._init_one, key, hp)
-        outputs = jax.eval_shape(self._interval_one, state, hp, ratio, real, imag, self.eval_params)[1:]
+        outputs = jax.eval_shape(self._interval_one, state, hp, ratio, rows, real, imag, self.eval_params)[1:]
         batch = jax.eval_shape(lambda k, r: sample_mixed(k, real, imag, self.config.batch_size, r), key, ratio)
-        episodes = self.config.eval_episodes
         evaluation = 0
         for level, params in self.eval_params.items():
             env = self._envs[level]
+            episodes = episodes_per_level(self.config.eval_episodes, int(params.goals.shape[0]))
             tasks = jax.ShapeDtypeStruct((episodes,), jnp.int32)
             keys = jax.ShapeDtypeStruct((episodes, 2), jnp.uint32)
             evaluation += 4 * _nbytes(jax.eval_shape(lambda k, t, env=env, params=params:
@@ -385,29 +394,32 @@ class Trainer:
                         imag: Transitions | None = None) -> int:
         """XLA's own peak estimate (arguments + outputs + temporaries − aliased) for one interval of
         ``keys.shape[0]`` runs on one device; compiles that shape (seconds to minutes)."""
-        imag = placeholder_like(real) if imag is None else imag
+        imag = placeholder_like(real) if imag is None else _stack_sources(imag)[0]
         init, interval = self._functions(None)
         state = jax.eval_shape(init, keys, hp)
         ratio = jax.ShapeDtypeStruct((keys.shape[0],), jnp.float32)
-        stats = interval.lower(state, hp, ratio, real, imag, self.eval_params).compile().memory_analysis()
+        rows = jax.ShapeDtypeStruct((keys.shape[0], 2), jnp.int32)
+        stats = interval.lower(state, hp, ratio, rows, real, imag, self.eval_params).compile().memory_analysis()
         return int(stats.argument_size_in_bytes + stats.output_size_in_bytes + stats.temp_size_in_bytes
                    - stats.alias_size_in_bytes)
 
-    def train(self, keys: jax.Array, hp: PyTree, real: Transitions, imag: Transitions | None = None,
-              ratio: jax.Array | float = 0.0,
+    def train(self, keys: jax.Array, hp: PyTree, real: Transitions,
+              imag: Transitions | Sequence[Transitions] | None = None, ratio: jax.Array | float = 0.0,
               log: Callable[[str], None] | None = lambda s: print(s, file=sys.stderr, flush=True),
               *, mesh: Mesh | None | Literal["auto"] = "auto", runs_per_chunk: int | None = None,
               checkpoint_dir: str | os.PathLike[str] | None = None, checkpoint_every: int = 1,
               keep_checkpoints: int = 2, resume: bool = False,
               run_dir: str | os.PathLike[str] | None = None,
-              on_interval: Callable[[IntervalEvent], None] | None = None) -> TrainResult:
+              on_interval: Callable[[IntervalEvent], None] | None = None,
+              source: np.ndarray | None = None) -> TrainResult:
         """Trains R runs for ``config.num_intervals`` intervals, evaluating after each.
 
         Args:
           keys: (R, 2) uint32 PRNG keys, one per run.
           hp: hyperparameter pytree with leading axis R (see :func:`broadcast_runs`).
           real: the real transitions (shared by all runs).
-          imag: the imaginary transitions; None means real data only (``ratio`` must then be 0).
+          imag: the imaginary transitions, or a sequence of C imaginary sources (each run mixes in the one
+            ``source`` names); None means real data only (``ratio`` must then be 0).
           ratio: (R,) or scalar fraction of each batch drawn from ``imag``.
           log: progress sink (None silences).
           mesh: "auto" lays the run axis on every device when there are several (:func:`default_mesh`);
@@ -425,6 +437,7 @@ class Trainer:
             (``event.message``) instead of ``log``, so a monitor that renders intervals itself (e.g.
             :class:`imaginejax.progress.IntervalProgress`) is not sent them twice; other lines (resume,
             non-finite runs) still go to ``log``.
+          source: (R,) int, each run's imaginary source in ``imag`` (None: source 0 for every run).
 
         Returns:
           A :class:`TrainResult` over the R runs in their order.
@@ -443,6 +456,13 @@ class Trainer:
             # placeholder rather than the real buffer again, so algorithms that read the datasets
             # themselves (``Algorithm.bind_data``) do not see the real data twice.
             imag = placeholder_like(real)
+        imag, bounds = _stack_sources(imag)
+        source = np.zeros(num_runs, np.int64) if source is None else np.asarray(source)
+        if source.shape != (num_runs,) or not np.issubdtype(source.dtype, np.integer) or (
+                num_runs and (source.min() < 0 or source.max() >= len(bounds))):
+            raise ValueError(f"source must be (R,) = ({num_runs},) integers in [0, {len(bounds)}) (one imaginary "
+                             f"source per run), got {source.dtype}{list(source.shape)}")
+        imag_rows = bounds[source]
         if checkpoint_every < 1:
             raise ValueError(f"checkpoint_every must be >= 1, got {checkpoint_every}")
         if checkpoint_dir is not None and not resume and any(Path(checkpoint_dir).glob("chunk-*/step-*")):
@@ -463,23 +483,24 @@ class Trainer:
         for c, start in enumerate(range(0, num_runs, chunk)):
             runs = np.arange(start, min(start + chunk, num_runs))
             outputs.append(self._train_chunk(
-                c, runs, keys, hp, ratio, shared, mesh, num_devices, log,
+                c, runs, keys, hp, ratio, imag_rows, shared, mesh, num_devices, log,
                 None if checkpoint_dir is None else Path(checkpoint_dir) / f"chunk-{c:03d}",
                 checkpoint_every, keep_checkpoints, resume, metrics_log, on_interval))
         return _concatenate(outputs)
 
     # -- one chunk ----------------------------------------------------------------------------
-    def _fingerprint(self, keys: np.ndarray, hp: PyTree, ratio: np.ndarray, shared: PyTree) -> str:
+    def _fingerprint(self, keys: np.ndarray, hp: PyTree, ratio: np.ndarray, imag_rows: np.ndarray,
+                     shared: PyTree) -> str:
         """Hash of everything that determines a chunk's computation (to refuse a foreign checkpoint)."""
         digest = hashlib.sha256()
         digest.update(repr((self.algo.name, self.spec, self.config, self.levels)).encode())
-        for leaf in [keys, ratio] + jax.tree.leaves(hp):
+        for leaf in [keys, ratio, imag_rows] + jax.tree.leaves(hp):
             digest.update(np.ascontiguousarray(leaf).tobytes())
         digest.update(repr([(x.shape, str(x.dtype)) for x in jax.tree.leaves(shared)]).encode())
         return digest.hexdigest()
 
     def _train_chunk(self, chunk_index: int, runs: np.ndarray, keys: np.ndarray, hp: PyTree,
-                     ratio: np.ndarray, shared: tuple, mesh: Mesh | None, num_devices: int,
+                     ratio: np.ndarray, imag_rows: np.ndarray, shared: tuple, mesh: Mesh | None, num_devices: int,
                      log: Callable[[str], None] | None, checkpoint_dir: Path | None, checkpoint_every: int,
                      keep: int, resume: bool, metrics_log: MetricsLog | None,
                      on_interval: Callable[[IntervalEvent], None] | None = None) -> TrainResult:
@@ -488,10 +509,10 @@ class Trainer:
         multiple = num_devices * (cfg.run_block or 1)
         padded = -(-n // multiple) * multiple
         index = np.concatenate([runs, np.full(padded - n, runs[-1])])  # padding: copies of the last run
-        c_keys, c_hp, c_ratio = keys[index], _take_runs(hp, index), ratio[index]
-        fingerprint = self._fingerprint(c_keys, c_hp, c_ratio, shared)
+        c_keys, c_hp, c_ratio, c_rows = keys[index], _take_runs(hp, index), ratio[index], imag_rows[index]
+        fingerprint = self._fingerprint(c_keys, c_hp, c_ratio, c_rows, shared)
         run_sharding = None if mesh is None else NamedSharding(mesh, P(RUNS))
-        c_keys, c_hp, c_ratio = _place((c_keys, c_hp, c_ratio), run_sharding)
+        c_keys, c_hp, c_ratio, c_rows = _place((c_keys, c_hp, c_ratio, c_rows), run_sharding)
         init, interval = self._functions(mesh)
         real, imag, eval_params = shared
 
@@ -527,7 +548,7 @@ class Trainer:
 
         for i in range(done, cfg.num_intervals):
             start = time.perf_counter()
-            state, metrics, results = interval(state, c_hp, c_ratio, real, imag, eval_params)
+            state, metrics, results = interval(state, c_hp, c_ratio, c_rows, real, imag, eval_params)
             metrics, results, finite = _fetch((metrics, results, state.finite))
             seconds = time.perf_counter() - start
             step = (i + 1) * cfg.updates_per_interval
@@ -573,6 +594,16 @@ class Trainer:
 
         result = _assemble(state, history, frozen_at, task_success, self.levels)
         return _unpad(result, n)
+
+
+def _stack_sources(imag: Transitions | Sequence[Transitions]) -> tuple[Transitions, np.ndarray]:
+    """One buffer holding every imaginary source in order, and (C, 2) int32 (start, count) of each."""
+    parts = [imag] if isinstance(imag, Transitions) else list(imag)
+    if not parts:
+        raise ValueError("imag is an empty sequence: pass None for real data only")
+    counts = np.asarray([int(p.state.shape[0]) for p in parts])
+    bounds = np.stack([np.concatenate([[0], np.cumsum(counts)[:-1]]), counts], -1).astype(np.int32)
+    return (parts[0] if len(parts) == 1 else concat_transitions(parts)), bounds
 
 
 def _history_to_arrays(history: dict[str, Any], frozen_at: np.ndarray,

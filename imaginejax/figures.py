@@ -16,7 +16,9 @@ Output (:func:`write_figures`), everything under one directory:
   band; ``curves.csv`` — the plotted numbers (group, level, step, n, point, low, high, mean);
 * ``bars.png`` — final success rate per level, one bar per group with its 95 % interval;
   ``bars.csv`` — the plotted numbers;
-* ``results.md`` — the markdown table of :func:`imaginejax.stats.results_table` (final evaluation).
+* ``results.md`` — the markdown table of :func:`imaginejax.stats.results_table` (final evaluation);
+* ``protocol.png`` / ``protocol.csv`` — for sweeps of the reference protocol (runs naming their data
+  source), per level the three data conditions side by side (:func:`protocol_rows`).
 
 Plots use matplotlib's non-interactive Agg backend (no display needed); matplotlib is imported only here.
 """
@@ -28,7 +30,7 @@ import dataclasses
 import json
 import os
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -47,12 +49,18 @@ class GroupCurves:
       algo: algorithm name.
       steps: (I,) gradient updates at each evaluation.
       success: level -> (I, n) success rate of each of the group's n finite runs at each evaluation.
+      data: the imaginary source the runs mixed in (``""``: none or an unnamed buffer), e.g. ``"oracle/easy"``.
+      ratio: the runs' imaginary fraction.
+      hp: the swept hyperparameters that vary within the sweep, as text (``""`` when none).
     """
 
     label: str
     algo: str
     steps: np.ndarray
     success: dict[str, np.ndarray]
+    data: str = ""
+    ratio: float = 0.0
+    hp: str = ""
 
 
 def find_sweeps(path: str | os.PathLike[str]) -> list[Path]:
@@ -76,14 +84,23 @@ def _algo_name(sweep_dir: Path, record: dict[str, Any]) -> str:
     return sweep_dir.name if sweep_dir.parent.name == "runs" else str(record.get("algo", sweep_dir.name))
 
 
-def _config_labels(table: list[dict[str, Any]]) -> dict[int, str]:
-    """Configuration index -> ``ratio r`` plus the hyperparameters that vary within the sweep."""
+def _hp_labels(table: list[dict[str, Any]]) -> dict[int, str]:
+    """Configuration index -> the hyperparameters that vary within the sweep (``""`` when none)."""
     varying = sorted({k for row in table for k in row["hp"]
                       if len({r["hp"].get(k) for r in table}) > 1})
+    return {row["config"]: ", ".join(f"{k} {row['hp'][k]:g}" for k in varying if k in row["hp"]) for row in table}
+
+
+def _config_labels(table: list[dict[str, Any]]) -> dict[int, str]:
+    """Configuration index -> its data source (``real only`` or ``<source> r``; ``ratio r`` for sweeps
+    without named sources) plus the hyperparameters that vary within the sweep."""
+    hp = _hp_labels(table)
     labels = {}
     for row in table:
-        parts = [f"ratio {row['ratio']:g}"] + [f"{k} {row['hp'][k]:g}" for k in varying if k in row["hp"]]
-        labels[row["config"]] = ", ".join(parts)
+        data = row.get("data", "")
+        head = (f"{data} {row['ratio']:g}" if data else "real only") if any(r.get("data") for r in table) \
+            else f"ratio {row['ratio']:g}"
+        labels[row["config"]] = ", ".join([head] + ([hp[row["config"]]] if hp[row["config"]] else []))
     return labels
 
 
@@ -124,14 +141,17 @@ def load_curves(sweep_dirs: Sequence[str | os.PathLike[str]]) -> tuple[list[Grou
         steps = np.asarray([by_run[runs[0]][i]["step"] for i in intervals], np.int64)
         finite = {run: bool(by_run[run][intervals[-1]]["finite"]) for run in runs}
         algo = _algo_name(sweep_dir, sweep)
-        labels = _config_labels(table)
+        labels, hp = _config_labels(table), _hp_labels(table)
         for config in sorted({row["config"] for row in table}):
-            members = [row["run"] for row in table if row["config"] == config and finite[row["run"]]]
+            rows = [row for row in table if row["config"] == config]
+            members = [row["run"] for row in rows if finite[row["run"]]]
             if not members:
                 continue
             success = {lv: np.asarray([[by_run[run][i][f"success/{lv}"] for run in members] for i in intervals],
                                       np.float64) for lv in levels}
-            groups.append(GroupCurves(label=f"{algo}, {labels[config]}", algo=algo, steps=steps, success=success))
+            groups.append(GroupCurves(label=f"{algo}, {labels[config]}", algo=algo, steps=steps, success=success,
+                                      data=rows[0].get("data", ""), ratio=float(rows[0]["ratio"]),
+                                      hp=hp[config]))
     return groups, list(levels or [])
 
 
@@ -172,6 +192,101 @@ def table(groups: Sequence[GroupCurves], levels: Sequence[str], statistic: str =
     return text + f"\nSuccess rate (%) at the last evaluation ({', '.join(map(str, steps))} updates)."
 
 
+CONDITIONS = {"real": "real only", "imaginary": "real + imaginary", "oracle": "real + oracle"}
+
+
+def protocol_rows(groups: Sequence[GroupCurves], levels: Sequence[str], statistic: str = "iqm", reps: int = 2000,
+                  seed: int = 0, last: int = 5) -> list[dict[str, Any]]:
+    """The reference protocol's comparison: per algorithm (and swept hyperparameters and ratio), level and
+    data condition, the statistic over seeds of each run's success averaged over its last ``last``
+    evaluations, with its stratified-bootstrap 95 % interval.
+
+    A level L compares the runs on real data only with the runs that mixed in L's own data
+    (``imaginary/L``, ``oracle/L``, or the ``…/pooled`` buffer); ``train`` has the real-only runs alone.
+
+    Returns:
+      Dicts with keys algo, hp, ratio, level, condition, n, evaluations, step, point, low, high, mean
+      (rates in [0, 1]); empty when no group names a data source.
+    """
+    stat = STATISTICS[statistic]
+    if not any(g.data for g in groups):
+        return []
+    rows = []
+    for algo, hp in dict.fromkeys((g.algo, g.hp) for g in groups):
+        mine = [g for g in groups if g.algo == algo and g.hp == hp]
+        real = [g for g in mine if not g.data]
+        for ratio in sorted({g.ratio for g in mine if g.data}) or [0.0]:
+            for level in levels:
+                for condition in CONDITIONS:
+                    if condition == "real":
+                        found = real
+                    elif level == "train":
+                        continue
+                    else:
+                        found = [g for g in mine if g.ratio == ratio
+                                 and g.data in (f"{condition}/{level}", f"{condition}/pooled")]
+                    if not found:
+                        continue
+                    group = found[0]
+                    k = min(last, len(group.steps))
+                    scores = group.success[level][-k:].mean(0)
+                    ci = stratified_bootstrap_ci(scores, stat, reps=reps, seed=seed)
+                    rows.append({"algo": algo, "hp": hp, "ratio": ratio, "level": level, "condition": condition,
+                                 "n": int(scores.size), "evaluations": k, "step": int(group.steps[-1]),
+                                 "point": ci.point, "low": ci.low, "high": ci.high, "mean": float(scores.mean())})
+    return rows
+
+
+def _quality_cell(summary: Mapping[str, Any] | None) -> str:
+    if not summary:
+        return "—"
+    cell = f"{100 * summary['goal_consistency']:.1f} / {100 * summary['consistent_and_legal_rate']:.1f}"
+    exceeds = summary.get("exceeds_dynamics_rate")
+    return cell + (f" / {100 * exceeds:.1f}" if exceeds is not None else " / —")
+
+
+def protocol_table(rows: Sequence[Mapping[str, Any]], statistic: str = "iqm",
+                   quality: Mapping[str, Mapping[str, Any]] | None = None, reps: int = 2000) -> str:
+    """Markdown of :func:`protocol_rows`: one line per algorithm and level, the three conditions side by
+    side; ↑ / ↓ mark a mixed condition whose 95 % interval lies wholly above / below real only's.
+
+    Args:
+      rows: from :func:`protocol_rows`.
+      quality: level -> the imaginary data's quality summary
+        (:func:`~imaginejax.imaginer.quality.summarize`), shown beside the level.
+    """
+    name = "IQM" if statistic == "iqm" else "mean"
+    head = ("| algorithm | level | " + " | ".join(CONDITIONS.values()) + " | imaginary data: reaches goal / "
+            "consistent & legal / steps exceeding dynamics (%) |\n|---|---|" + "---:|" * len(CONDITIONS) + "---:|")
+    lines = [head]
+    keys = list(dict.fromkeys((r["algo"], r["hp"], r["ratio"], r["level"]) for r in rows))
+    several_ratios = len({r["ratio"] for r in rows}) > 1
+    for algo, hp, ratio, level in keys:
+        cells = {r["condition"]: r for r in rows if (r["algo"], r["hp"], r["ratio"], r["level"]) == (algo, hp, ratio, level)}
+        base = cells.get("real")
+        texts = []
+        for condition in CONDITIONS:
+            r = cells.get(condition)
+            if r is None:
+                texts.append("—")
+                continue
+            mark = ""
+            if base is not None and condition != "real":
+                mark = " ↑" if r["low"] > base["high"] else " ↓" if r["high"] < base["low"] else ""
+            texts.append(f"{100 * r['point']:.1f} [{100 * r['low']:.1f}, {100 * r['high']:.1f}]{mark}")
+        label = algo + (f" ({hp})" if hp else "") + (f", ratio {ratio:g}" if several_ratios else "")
+        q = _quality_cell((quality or {}).get(level)) if level != "train" else ""
+        lines.append(f"| {label} | {level} | " + " | ".join(texts) + f" | {q} |")
+    seeds = sorted({r["n"] for r in rows})
+    evals = sorted({r["evaluations"] for r in rows})
+    steps = sorted({r["step"] for r in rows})
+    return ("\n".join(lines) + f"\n\nSuccess rate (%): {name} over {'/'.join(map(str, seeds))} seeds of each run's mean "
+            f"over its last {'/'.join(map(str, evals))} evaluations (up to {'/'.join(map(str, steps))} updates), "
+            f"[95 % stratified-bootstrap interval, {reps} replicates]; every task of a level evaluated equally "
+            "often. Each novel level's mixed runs drew that level's data only (the reference protocol) unless "
+            "the sweep pooled them.")
+
+
 def _styles(groups: Sequence[GroupCurves]) -> dict[str, tuple[Any, str, str]]:
     """Group label -> (colour, line style, bar hatch): one colour per algorithm, one line style / hatch
     per configuration within it, so curves stay distinguishable beyond ten groups."""
@@ -187,6 +302,37 @@ def _styles(groups: Sequence[GroupCurves]) -> dict[str, tuple[Any, str, str]]:
         out[g.label] = (palette[algos.index(g.algo) % len(palette)], ("-", "--", ":", "-.")[k % 4],
                         ("", "//", "..", "xx")[k % 4])
     return out
+
+
+def _save_protocol_figure(rows: Sequence[Mapping[str, Any]], levels: Sequence[str], path: Path, name: str) -> None:
+    """One panel per level; per algorithm (and hyperparameters, ratio) the three conditions as bars."""
+    import matplotlib.pyplot as plt
+
+    colours = {"real": "#7f7f7f", "imaginary": "#1f77b4", "oracle": "#2ca02c"}
+    fig, axes = plt.subplots(1, len(levels), figsize=(3.2 * len(levels) + 1.5, 3.6), sharey=True, squeeze=False)
+    for ax, level in zip(axes[0], levels):
+        mine = [r for r in rows if r["level"] == level]
+        keys = list(dict.fromkeys((r["algo"], r["hp"], r["ratio"]) for r in mine))
+        width = 0.8 / len(CONDITIONS)
+        for c, condition in enumerate(CONDITIONS):
+            for k, key in enumerate(keys):
+                r = next((r for r in mine if (r["algo"], r["hp"], r["ratio"]) == key and r["condition"] == condition),
+                         None)
+                if r is None:
+                    continue
+                ax.bar(k - 0.4 + (c + 0.5) * width, 100 * r["point"], width,
+                       yerr=[[100 * max(r["point"] - r["low"], 0)], [100 * max(r["high"] - r["point"], 0)]],
+                       capsize=2, color=colours[condition], label=CONDITIONS[condition] if k == 0 else None)
+        ax.set_xticks(range(len(keys)), [k[0] + (f"\n{k[1]}" if k[1] else "") for k in keys], fontsize="small")
+        ax.set_title(level)
+        ax.set_ylim(0, 105)
+        ax.grid(alpha=0.3, axis="y")
+    axes[0][0].set_ylabel(f"success rate (%), {name} over seeds")
+    handles = {h.get_label(): h for ax in axes[0] for h in ax.get_legend_handles_labels()[0]}
+    fig.legend(list(handles.values()), list(handles), loc="upper center", ncol=3, fontsize="small",
+               bbox_to_anchor=(0.5, 1.08))
+    _save(fig, path)
+    plt.close(fig)
 
 
 def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
@@ -205,7 +351,7 @@ def _save(fig: Any, path: Path) -> None:
 
 
 def write_figures(groups: Sequence[GroupCurves], levels: Sequence[str], out_dir: str | os.PathLike[str], *,
-                  statistic: str = "iqm", reps: int = 2000, seed: int = 0) -> dict[str, Path]:
+                  statistic: str = "iqm", reps: int = 2000, seed: int = 0, last: int = 5) -> dict[str, Path]:
     """Writes the learning curves, the bar chart, their CSV data and the results table.
 
     Args:
@@ -213,10 +359,11 @@ def write_figures(groups: Sequence[GroupCurves], levels: Sequence[str], out_dir:
       out_dir: created if needed; files are replaced atomically.
       statistic: ``"iqm"`` or ``"mean"`` over seeds.
       reps, seed: bootstrap replicates and seed of the 95 % intervals.
+      last: evaluations averaged per run in the protocol figure (:func:`protocol_rows`).
 
     Returns:
       name -> path of every file written (``curves-<level>``, ``curves_csv``, ``bars``, ``bars_csv``,
-      ``results``).
+      ``results``, and ``protocol`` / ``protocol_csv`` for sweeps with named data sources).
     """
     try:
         import matplotlib
@@ -283,6 +430,13 @@ def write_figures(groups: Sequence[GroupCurves], levels: Sequence[str], out_dir:
     _save(fig, out / "bars.png")
     plt.close(fig)
     written["bars"] = out / "bars.png"
+
+    protocol = protocol_rows(groups, levels, statistic, reps, seed, last)
+    if protocol:
+        _write_csv(out / "protocol.csv", protocol)
+        written["protocol_csv"] = out / "protocol.csv"
+        _save_protocol_figure(protocol, levels, out / "protocol.png", name)
+        written["protocol"] = out / "protocol.png"
 
     text = table(groups, levels, statistic, reps, seed)
     tmp = out / ".results.md.tmp"

@@ -19,8 +19,10 @@ from imaginejax.stats import group_runs, iqm, mean, results_table
 
 
 def config_label(run: dict) -> str:
-    """Row name of a configuration: its ratio and swept hyperparameters."""
-    parts = [f"ratio {run['ratio']:g}"] + [f"{k} {v:g}" for k, v in sorted(run["hp"].items())]
+    """Row name of a configuration: its data source (or ratio) and swept hyperparameters."""
+    data = run.get("data", "")
+    head = f"{data} {run['ratio']:g}" if data else f"ratio {run['ratio']:g}"
+    parts = [head] + [f"{k} {v:g}" for k, v in sorted(run["hp"].items())]
     return ", ".join(parts)
 
 

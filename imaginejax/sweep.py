@@ -1,9 +1,12 @@
-"""Sweep definitions: seeds × numeric hyperparameters × real/imaginary ratios, flattened to a run axis.
+"""Sweep definitions: seeds × numeric hyperparameters × data sources × real/imaginary ratios, flattened
+to a run axis.
 
 A :class:`Sweep` is either a *grid* (the Cartesian product of value lists) or a *list* of explicit runs.
-Either way it flattens to R runs with a table ``run index -> (seed, hyperparameter values, ratio)``;
-:meth:`Sweep.build` turns it into what the engine takes: keys (R, 2), the algorithm's hp pytree with a
-leading R axis, ratios (R,). Hyperparameters are named by their path in the hp pytree (``learning_rate``,
+Either way it flattens to R runs with a table ``run index -> (seed, hyperparameter values, data, ratio)``;
+``data`` names the imaginary source a run mixes into its batches (``""``: none, real data only; e.g.
+``"imaginary/easy"``, ``"oracle/easy"``). :meth:`Sweep.build` turns it into what the engine takes: keys
+(R, 2), the algorithm's hp pytree with a leading R axis, ratios (R,), source indices (R,) into
+:attr:`Sweep.data_names`. Hyperparameters are named by their path in the hp pytree (``learning_rate``,
 ``alpha``, ``normalizer.mean`` — nested fields joined by dots); only scalar leaves can be swept, the others
 are broadcast from the base hp.
 
@@ -48,6 +51,7 @@ class RunSpec:
       seed: the run's seed (its key is ``PRNGKey(seed)``).
       ratio: imaginary fraction of each batch.
       hp: swept hyperparameter name -> value.
+      data: the imaginary source mixed in (``""``: none).
     """
 
     run: int
@@ -55,15 +59,18 @@ class RunSpec:
     seed: int
     ratio: float
     hp: dict[str, float]
+    data: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
 class SweepArrays:
-    """A sweep as engine inputs: keys (R, 2) uint32, hp pytree with leading R, ratios (R,) float32."""
+    """A sweep as engine inputs: keys (R, 2) uint32, hp pytree with leading R, ratios (R,) float32,
+    sources (R,) int32 (index into :attr:`Sweep.data_names`; 0 for runs without a source)."""
 
     keys: np.ndarray
     hp: PyTree
     ratios: np.ndarray
+    sources: np.ndarray
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,13 +81,19 @@ class Sweep:
 
     @classmethod
     def grid(cls, seeds: Sequence[int] | int, ratios: Sequence[float] = (0.0,),
-             hp: Mapping[str, Sequence[float]] | None = None) -> "Sweep":
-        """The Cartesian product ratios × hp values × seeds (seed innermost).
+             hp: Mapping[str, Sequence[float]] | None = None, data: Sequence[str] | None = None) -> "Sweep":
+        """The Cartesian product data × ratios × hp values × seeds (seed innermost).
+
+        With ``data`` given, a run without a source (``""``) has ratio 0 whatever ``ratios`` says, and a run
+        with a source a ratio > 0 (ratio 0 with a source would be real-only training again), so e.g.
+        ``data=("", "imaginary/easy"), ratios=(0.0, 0.5)`` gives real-only runs and 50/50 runs. Without
+        ``data`` every ratio is swept over one imaginary buffer (the engine's single ``imag``).
 
         Args:
           seeds: seed values, or an int n for seeds 0..n-1.
           ratios: imaginary fractions in [0, 1].
           hp: hyperparameter name -> values (each list non-empty).
+          data: imaginary source names (``""``: none); None: one unnamed buffer.
         """
         seeds = list(range(seeds)) if isinstance(seeds, int) else [int(s) for s in seeds]
         hp = dict(hp or {})
@@ -91,20 +104,22 @@ class Sweep:
                 raise ValueError(f"hyperparameter {name!r} has no values")
         names = list(hp)
         table, run, config = [], 0, 0
-        for ratio in ratios:
-            for values in itertools.product(*(hp[n] for n in names)):
-                for seed in seeds:
-                    table.append(RunSpec(run=run, config=config, seed=seed, ratio=float(ratio),
-                                         hp={n: float(v) for n, v in zip(names, values)}))
-                    run += 1
-                config += 1
+        for source in ("",) if data is None else data:
+            for ratio in (ratios if data is None else [0.0] if not source else [r for r in ratios if r > 0]):
+                for values in itertools.product(*(hp[n] for n in names)):
+                    for seed in seeds:
+                        table.append(RunSpec(run=run, config=config, seed=seed, ratio=float(ratio),
+                                             hp={n: float(v) for n, v in zip(names, values)}, data=str(source)))
+                        run += 1
+                    config += 1
         return cls(_checked(table))
 
     @classmethod
     def from_runs(cls, runs: Sequence[Mapping[str, float]]) -> "Sweep":
-        """An explicit list: each entry has ``seed``, optionally ``ratio`` (default 0) and hp values.
+        """An explicit list: each entry has ``seed``, optionally ``ratio`` (default 0), ``data`` (default
+        ``""``) and hp values.
 
-        Runs with equal (ratio, hp values) share a ``config`` index, numbered in order of appearance.
+        Runs with equal (data, ratio, hp values) share a ``config`` index, numbered in order of appearance.
         """
         table, configs = [], {}
         for run, entry in enumerate(runs):
@@ -112,15 +127,21 @@ class Sweep:
             if "seed" not in entry:
                 raise ValueError(f"run {run} has no 'seed': every run of a list sweep needs one")
             seed, ratio = int(entry.pop("seed")), float(entry.pop("ratio", 0.0))
+            data = str(entry.pop("data", ""))
             values = {k: float(v) for k, v in entry.items()}
-            config = configs.setdefault((ratio, tuple(sorted(values.items()))), len(configs))
-            table.append(RunSpec(run=run, config=config, seed=seed, ratio=ratio, hp=values))
+            config = configs.setdefault((data, ratio, tuple(sorted(values.items()))), len(configs))
+            table.append(RunSpec(run=run, config=config, seed=seed, ratio=ratio, hp=values, data=data))
         return cls(_checked(table))
 
     @property
     def num_runs(self) -> int:
         """R."""
         return len(self.table)
+
+    @property
+    def data_names(self) -> tuple[str, ...]:
+        """The imaginary sources the runs mix in, in order of first appearance (``""`` excluded)."""
+        return tuple(dict.fromkeys(spec.data for spec in self.table if spec.data))
 
     def build(self, base_hp: PyTree) -> SweepArrays:
         """Engine inputs for this sweep.
@@ -158,7 +179,9 @@ class Sweep:
         hp = jax.tree_util.tree_unflatten(treedef, columns)
         keys = np.stack([np.asarray(jax.random.PRNGKey(spec.seed)) for spec in self.table]).astype(np.uint32)
         ratios = np.asarray([spec.ratio for spec in self.table], np.float32)
-        return SweepArrays(keys=keys, hp=hp, ratios=ratios)
+        index = {name: i for i, name in enumerate(self.data_names)}
+        sources = np.asarray([index.get(spec.data, 0) for spec in self.table], np.int32)
+        return SweepArrays(keys=keys, hp=hp, ratios=ratios, sources=sources)
 
     def to_json(self) -> list[dict[str, Any]]:
         """The table as JSON-ready records."""
@@ -171,6 +194,9 @@ def _checked(table: list[RunSpec]) -> tuple[RunSpec, ...]:
     for spec in table:
         if not 0.0 <= spec.ratio <= 1.0:
             raise ValueError(f"run {spec.run}: ratio must be in [0, 1], got {spec.ratio}")
+        if not spec.data and spec.ratio > 0 and any(s.data for s in table):
+            raise ValueError(f"run {spec.run}: ratio {spec.ratio} but no data source, while other runs name one: "
+                             "give every run that mixes imaginary data its 'data'")
     return tuple(table)
 
 
@@ -245,7 +271,7 @@ class SweepResult:
 
 
 def run_sweep(trainer: Trainer, sweep: Sweep, base_hp: PyTree, real: Transitions,
-              imag: Transitions | None = None, *, memory_budget: int | None = None, mesh: Any = "auto",
+              imag: Transitions | Mapping[str, Transitions] | None = None, *, memory_budget: int | None = None, mesh: Any = "auto",
               run_dir: str | os.PathLike[str] | None = None,
               log: Callable[[str], None] | None = None, **train_kwargs: Any) -> SweepResult:
     """Trains every run of ``sweep``, chunked to fit ``memory_budget``.
@@ -254,7 +280,9 @@ def run_sweep(trainer: Trainer, sweep: Sweep, base_hp: PyTree, real: Transitions
       trainer: from :func:`imaginejax.engine.make_train`.
       sweep: the runs.
       base_hp: hp of one run; swept values override it (:meth:`Sweep.build`).
-      real, imag: datasets (``imag`` None: every ratio must be 0).
+      real: the real transitions.
+      imag: one imaginary buffer (every run with ratio > 0 mixes it in), a mapping from each of
+        :attr:`Sweep.data_names` to its buffer, or None (every ratio must be 0).
       memory_budget: bytes per device (None: :func:`default_memory_budget`).
       mesh: as :meth:`Trainer.train`.
       run_dir: metrics (JSONL, CSV) and ``sweep.json`` (the table and plan) go here; None: nowhere.
@@ -265,6 +293,12 @@ def run_sweep(trainer: Trainer, sweep: Sweep, base_hp: PyTree, real: Transitions
       A :class:`SweepResult`.
     """
     arrays = sweep.build(base_hp)
+    if isinstance(imag, Mapping):
+        missing = [name for name in sweep.data_names if name not in imag]
+        if missing:
+            raise ValueError(f"the sweep's runs mix in {', '.join(missing)} but imag has only "
+                             f"{', '.join(imag) or 'nothing'}")
+        imag = [imag[name] for name in sweep.data_names] or None
     estimate = trainer.memory_estimate(base_hp, real, imag)
     resolved = default_mesh() if mesh == "auto" else mesh
     num_devices = 1 if resolved is None else int(resolved.devices.size)
@@ -284,7 +318,7 @@ def run_sweep(trainer: Trainer, sweep: Sweep, base_hp: PyTree, real: Transitions
         tmp.write_text(json.dumps(record, indent=1))
         tmp.replace(Path(run_dir) / "sweep.json")
     result = trainer.train(arrays.keys, arrays.hp, real, imag, arrays.ratios, log=log, mesh=resolved,
-                           runs_per_chunk=chunk, run_dir=run_dir, **train_kwargs)
+                           runs_per_chunk=chunk, run_dir=run_dir, source=arrays.sources, **train_kwargs)
     return SweepResult(sweep=sweep, result=result, runs_per_chunk=chunk, estimate=estimate)
 
 

@@ -87,22 +87,31 @@ def test_bench_trains_logs_reports_and_resumes(bench_run):
     ws = bench_run["root"] / "ws"
     run_dir = ws / "runs" / "bc"
     recs = MetricsLog(run_dir).records()
-    assert len(recs) == 4 * INTERVALS  # 2 seeds × 2 ratios, every interval
+    # The reference protocol: 2 seeds × (real only + the oracle data of each of the 3 novel levels).
+    assert len(recs) == 8 * INTERVALS
     assert sorted({r["step"] for r in recs}) == [10, 20]
     for level in ("train", "rephrase", "easy", "hard"):
         assert all(0.0 <= r[f"success/{level}"] <= 1.0 for r in recs)
     sweep = json.loads((run_dir / "sweep.json").read_text())
-    assert [(row["seed"], row["ratio"]) for row in sweep["runs"]] == [(0, 0.0), (1, 0.0), (0, 0.5), (1, 0.5)]
+    assert [(row["seed"], row["ratio"], row["data"]) for row in sweep["runs"]] == [
+        (0, 0.0, ""), (1, 0.0, ""), (0, 0.5, "oracle/rephrase"), (1, 0.5, "oracle/rephrase"),
+        (0, 0.5, "oracle/easy"), (1, 0.5, "oracle/easy"), (0, 0.5, "oracle/hard"), (1, 0.5, "oracle/hard")]
     # One progress line per interval, with both throughputs, and no carriage returns in a non-terminal.
     progress = [line for line in err.splitlines() if line.startswith("bc [")]
     assert len(progress) == INTERVALS and all("updates/s" in p and "env steps/s" in p for p in progress)
-    assert f"{4 * INTERVALS}/{4 * INTERVALS} run-intervals" in progress[-1] and "\r" not in err
+    assert f"{8 * INTERVALS}/{8 * INTERVALS} run-intervals" in progress[-1] and "\r" not in err
     assert (run_dir / "train.log").read_text().count("] step ") == INTERVALS
     assert list_checkpoints(run_dir / "checkpoints" / "chunk-000")[-1][0] == INTERVALS
     # Oracle data for every novel level was collected into the data cache; table and figures written.
     cached = sorted(p.name.split("-")[1] for p in (bench_run["root"] / "data").iterdir())
     assert cached == ["easy", "hard", "rephrase", "train"]
-    assert "| bc, ratio 0 |" in out and "| bc, ratio 0.5 |" in out
+    assert "| bc, real only |" in out and "| bc, oracle/hard 0.5 |" in out
+    # The three-way table: every level, real only beside real + oracle of that level's tasks.
+    for level in ("train", "rephrase", "easy", "hard"):
+        assert f"| bc | {level} |" in out
+    task_success = json.loads((run_dir / "task_success.json").read_text())
+    assert len(task_success["levels"]["hard"]["tasks"]) == 3  # BabyAI's three hard tasks
+    assert np.asarray(task_success["levels"]["hard"]["success"]).shape == (8, 3)
     assert (ws / "results.md").read_text().strip() == out.split("\n\nworkspace:")[0].strip()
     for name in ("curves-train.png", "curves-hard.png", "bars.png", "curves.csv", "bars.csv"):
         assert (ws / "figures" / name).stat().st_size > 0, name
@@ -134,7 +143,7 @@ def test_interrupted_train_resumes_to_the_uninterrupted_result(bench_run, monkey
         run(argv)
     monkeypatch.setattr(engine, "save_checkpoint", original)
     resumed_dir = root / "ws-resumed" / "runs" / "bc"
-    assert [r["interval"] for r in MetricsLog(resumed_dir).records()] == [1] * 4
+    assert [r["interval"] for r in MetricsLog(resumed_dir).records()] == [1] * 8
 
     status, out, err = run(argv)  # the same command again continues
     assert status == 0, err
@@ -147,7 +156,7 @@ def test_interrupted_train_resumes_to_the_uninterrupted_result(bench_run, monkey
     assert state_keys and state_keys == sorted(k for k in resumed if not k.startswith("history/"))
     for key in state_keys:
         np.testing.assert_array_equal(resumed[key], straight[key], err_msg=key)
-    assert "| bc, ratio 0.5 |" in out
+    assert "| bc, oracle/easy 0.5 |" in out
 
     # A changed configuration in the same workspace is refused with the difference named.
     status, _, err = run(argv + ["--set", "train.updates=40"])
@@ -159,11 +168,11 @@ def test_report_of_a_workspace_and_of_a_sweep(bench_run):
     status, out, err = run(["report", str(ws), "--reps", "50", "--no-figures",
                             "--out", str(bench_run["root"] / "table.md")])
     assert status == 0, err
-    assert "| bc, ratio 0 |" in out and "50 replicates" in out
+    assert "| bc, real only |" in out and "| bc | hard |" in out and "50 replicates" in out
     assert (bench_run["root"] / "table.md").read_text().strip() == out.strip()
     # A single sweep directory gets imaginejax.report's table (rows per configuration, no algorithm).
     status, out, _ = run(["report", str(ws / "runs" / "bc"), "--reps", "50"])
-    assert status == 0 and "| ratio 0.5 |" in out and "interval 2" in out
+    assert status == 0 and "| oracle/hard 0.5 |" in out and "interval 2" in out
     assert (ws / "runs" / "bc" / "figures" / "bars.png").stat().st_size > 0
     status, _, err = run(["report", str(bench_run["root"] / "nothing-here")])
     assert status == 2 and "sweep.json" in err

@@ -74,7 +74,8 @@ SCRIPT = textwrap.dedent("""
     outs = []
     for mesh in (None, Mesh(np.asarray(jax.devices()[:2]), ("runs",))):
         init_fn, interval_fn = default._functions(mesh)
-        outs.append(jax.tree.leaves(interval_fn(init_fn(keys, hp), hp, ratio, real, imag, default.eval_params)))
+        rows = np.tile(np.asarray([0, imag.state.shape[0]], np.int32), (len(ratio), 1))
+        outs.append(jax.tree.leaves(interval_fn(init_fn(keys, hp), hp, ratio, rows, real, imag, default.eval_params)))
     same = all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(*outs))
     close = all(np.allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6) for a, b in zip(*outs))
     print("CONTROL", "same" if same else "differs", "close" if close else "far")
