@@ -275,15 +275,26 @@ def imagine_datasets(config: Config, real: Sequence[TrajectoryDataset], out_dir:
 
     im, env_name = config.imagine, config.data.env
     out_dir = Path(out_dir)
-    log(f"imaginer: fine-tuning preset {im.preset!r} {dict(im.finetune) or ''} on "
-        f"{sum(ds.num_trajectories for ds in real)} real trajectories in {out_dir / 'imaginer'}")
     start = time.perf_counter()
-    try:
-        imaginer = finetune(im.preset, list(real), out_dir / "imaginer", resume=True, progress=True,
-                            **dict(im.finetune)).imaginer
-    except TypeError as error:  # a preset field the imaginer does not know
-        raise ConfigError(f"imagine.finetune: {error}") from None
-    log(f"imaginer: {imaginer.step} fine-tuning steps done ({time.perf_counter() - start:.0f}s)")
+    if im.preset == "shipped":
+        from imaginejax.imaginer.shipped import ShippedImaginerError, load_shipped
+
+        try:
+            imaginer = load_shipped(env_name)
+        except ShippedImaginerError as error:
+            raise ConfigError(f"imagine.preset 'shipped': {error}") from None
+        log(f"imaginer: the package's trained {env_name} imaginer ({imaginer.model_name}, {imaginer.step} "
+            f"fine-tuning steps; no fine-tuning now) loaded in {time.perf_counter() - start:.0f}s")
+    else:
+        log(f"imaginer: fine-tuning preset {im.preset!r} {dict(im.finetune) or ''} on "
+            f"{sum(ds.num_trajectories for ds in real)} real trajectories in {out_dir / 'imaginer'} (skip it with "
+            "imagine.preset='shipped' where a trained imaginer ships, or pass --imaginary)")
+        try:
+            imaginer = finetune(im.preset, list(real), out_dir / "imaginer", resume=True, progress=True,
+                                **dict(im.finetune)).imaginer
+        except TypeError as error:  # a preset field the imaginer does not know
+            raise ConfigError(f"imagine.finetune: {error}") from None
+        log(f"imaginer: {imaginer.step} fine-tuning steps done ({time.perf_counter() - start:.0f}s)")
     datasets = []
     for index, level in enumerate(imagined_levels(config)):
         path, count, key = out_dir / f"{env_name}-{level}-imaginary", level_episodes(config, level), _level_key(im.seed, index)

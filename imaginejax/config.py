@@ -78,7 +78,8 @@ class ImagineConfig:
     levels: tuple[str, ...] = _field((), "levels to imagine ([] = every level except train)")
     episodes: int = _field(200, "imaginary (or oracle) trajectories per level")
     level_episodes: dict[str, int] = _field({}, "per-level counts overriding imagine.episodes, e.g. {easy = 72400}")
-    preset: str = _field("tiny", "imaginer fine-tuning preset (imaginejax.imaginer.finetune.PRESETS)")
+    preset: str = _field("tiny", "imaginer fine-tuning preset (imaginejax.imaginer.finetune.PRESETS), or 'shipped': "
+                                 "the package's trained imaginer of data.env, no fine-tuning")
     finetune: dict[str, Any] = _field({}, "fields of the imaginer preset to override, e.g. {num_steps = 200}")
     chunk_size: int = _field(64, "rollouts generated per compiled call")
     seed: int = _field(1, "generation (or oracle collection) seed")
@@ -457,8 +458,9 @@ def validate(config: Config) -> None:
     if imagine.source == "imaginer":
         from imaginejax.imaginer.finetune import PRESETS, Preset
 
-        if imagine.preset not in PRESETS:
-            raise ConfigError(f"imagine.preset: unknown imaginer preset {imagine.preset!r}; valid: {', '.join(PRESETS)}")
+        if imagine.preset not in PRESETS and imagine.preset != "shipped":
+            raise ConfigError(f"imagine.preset: unknown imaginer preset {imagine.preset!r}; valid: "
+                              f"{', '.join(PRESETS)}, shipped (the package's trained imaginer)")
         fields = {f.name for f in dataclasses.fields(Preset)}
         for key in imagine.finetune:
             if key not in fields or key == "name":

@@ -89,7 +89,9 @@ def test_gradient_accumulation_updates_every_k_micro_batches() -> None:
 
 
 def test_presets() -> None:
-    assert set(PRESETS) == {"tiny", "smollm2-135m", "llama2-7b"}
+    assert set(PRESETS) == {"tiny", "smollm2-135m", "smollm2-lora", "llama2-7b"}
+    lora = PRESETS["smollm2-lora"]
+    assert lora.source == "gguf" and lora.lora_rank == 16 and lora.state_prediction == "delta"
     tiny = PRESETS["tiny"]
     assert tiny.source == "random" and tiny.tokenizer == "smollm2" and tiny.lora_rank == 0
     assert 2 <= tiny.architecture["num_hidden_layers"] <= 4

@@ -213,6 +213,11 @@ PRESETS: Final[dict[str, Preset]] = {
                            learning_rate=1e-4, warmup_steps=20, num_steps=400, adam_b2=0.999,
                            batch_sizes={"rollout": 8, "dynamics": 16, "consequence": 8,
                                         "explanation": 8}),
+    # SmolLM2 with rank-16 LoRA on q/k/v/o: the shipped CLEVR imaginer's recipe (imaginer/shipped.py).
+    "smollm2-lora": Preset(name="smollm2-lora", source="gguf", tokenizer="smollm2", lora_rank=16, lora_alpha=32.0,
+                           learning_rate=1e-3, warmup_steps=30, num_steps=600, adam_b2=0.999,
+                           state_loss_weight=2.0, log_every=10,
+                           batch_sizes={"rollout": 8, "dynamics": 16, "consequence": 8, "explanation": 8}),
     "llama2-7b": Preset(name="llama2-7b", source="hf", tokenizer="model", start_token=None,
                         end_token=None, start_id=1, end_id=2, dtype="bfloat16", learning_rate=1e-5,
                         warmup_steps=50, num_steps=8000, grad_accum=8, adam_b2=0.999,
@@ -727,40 +732,55 @@ def load_imaginer(run_dir: str | os.PathLike[str], step: int | None = None) -> I
     record = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
     if record.get("format") != RUN_FORMAT:
         raise ValueError(f"{run_dir / RUN_FILE} is not an ImagineJAX KALM run record")
-    preset = Preset.from_json(record["preset"])
-    config = KalmConfig.from_json(record["kalm_config"])
     tokenizer = tokenizers.Tokenizer.from_file(str(run_dir / TOKENIZER_FILE))
-    key_rest = jax.random.split(jax.random.key(preset.seed))[1]
     step = _latest_step(run_dir) if step is None else step
     if step is None:
         raise FileNotFoundError(f"{run_dir} holds no checkpoint")
-    # Abstract trainable tree: built without loading weights (eval_shape of the initialisers).
-    dtype = _dtype(preset.dtype)
-    llama_abstract = jax.eval_shape(
-        lambda: jax.tree.map(lambda x: x.astype(dtype), init_params(config.llama, jax.random.key(0))))
-    frozen: Params | None = None
-    if preset.lora_rank > 0:
-        base = build_base_model(preset, jax.random.split(jax.random.key(preset.seed))[0])
-        frozen = {"llama": base.params}
-        if params_fingerprint(frozen) != record["frozen_backbone_hash"]:
-            raise ValueError(f"the backbone rebuilt for {run_dir} differs from the one it was trained "
-                             "on (hash mismatch); the LoRA weights do not apply to it")
-        like_params = jax.eval_shape(
-            lambda: _initial_trainable(preset, frozen["llama"], config, key_rest, 0.02)[0])
-    else:
-        like_params = {"llama": llama_abstract,
-                       "kalm": jax.eval_shape(lambda: init_adapter_params(key_rest, config))}
+    like_params, frozen = trainable_like(record, str(run_dir))
+    preset = Preset.from_json(record["preset"])
     optimizer = make_optimizer(preset, preset.num_steps)
     like = TrainState(jax.ShapeDtypeStruct((), jnp.int32), like_params,
                       jax.eval_shape(optimizer.init, like_params))
     state, meta = _restore_checkpoint(run_dir, step, like)
+    return imaginer_from_trainable(record, state.trainable, frozen, tokenizer, meta["checkpoint_hash"],
+                                   int(state.step), str(run_dir))
+
+
+def trainable_like(record: Mapping[str, Any], origin: str) -> tuple[Params, Params | None]:
+    """The abstract trainable tree (``jax.ShapeDtypeStruct`` leaves) of a run record, and the frozen
+    backbone (LoRA: rebuilt from the preset and checked against the record's hash; else None).
+
+    Raises:
+      ValueError: the rebuilt backbone is not the one the run was trained on (``origin`` named).
+    """
+    preset = Preset.from_json(record["preset"])
+    config = KalmConfig.from_json(record["kalm_config"])
+    key_rest = jax.random.split(jax.random.key(preset.seed))[1]
+    if preset.lora_rank > 0:
+        base = build_base_model(preset, jax.random.split(jax.random.key(preset.seed))[0])
+        frozen = {"llama": base.params}
+        if params_fingerprint(frozen) != record["frozen_backbone_hash"]:
+            raise ValueError(f"the backbone rebuilt for {origin} ({base.description}) differs from the one it "
+                             f"was trained on ({record.get('backbone', '?')}; hash mismatch): the LoRA weights "
+                             "do not apply to it")
+        return jax.eval_shape(lambda: _initial_trainable(preset, frozen["llama"], config, key_rest, 0.02)[0]), frozen
+    dtype = _dtype(preset.dtype)
+    llama_abstract = jax.eval_shape(
+        lambda: jax.tree.map(lambda x: x.astype(dtype), init_params(config.llama, jax.random.key(0))))
+    return {"llama": llama_abstract, "kalm": jax.eval_shape(lambda: init_adapter_params(key_rest, config))}, None
+
+
+def imaginer_from_trainable(record: Mapping[str, Any], trainable: Params, frozen: Params | None,
+                            tokenizer: tokenizers.Tokenizer, checkpoint_hash: str, step: int,
+                            origin: str | None) -> Imaginer:
+    """An :class:`Imaginer` from a run record and its trainable parameters (LoRA merged into ``frozen``)."""
+    preset = Preset.from_json(record["preset"])
     scale = (lora_lib.lora_scale(preset.lora_rank, preset.lora_alpha) if preset.lora_rank > 0
              else None)
-    return Imaginer(config, effective_params(state.trainable, frozen, scale),
+    return Imaginer(KalmConfig.from_json(record["kalm_config"]), effective_params(trainable, frozen, scale),
                     StateNormalizer.from_json(record["normalizer"]), tokenizer,
-                    TextFormat.from_json(record["text_format"]),
-                    TaskLayout.from_json(record["layout"]),
-                    preset.name, meta["checkpoint_hash"], int(state.step), str(run_dir))
+                    TextFormat.from_json(record["text_format"]), TaskLayout.from_json(record["layout"]),
+                    preset.name, checkpoint_hash, step, origin)
 
 
 def evaluate(imaginer_or_params: Imaginer | Params,

