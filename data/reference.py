@@ -27,7 +27,9 @@ Reading (:func:`import_reference`):
   nothing of the file's choosing runs. ``trust_pickle=True`` is the explicit opt-in to :mod:`pickle`.
 * **Nothing outside the file is read.** HDF5: only top-level datasets reached through hard links, stored
   in the file (no external raw storage, no virtual datasets), of bool / numeric / string dtypes (no
-  compound, object, reference or variable-length non-string types). Parquet: column chunks stored in the
+  compound, object, reference or variable-length non-string types), read in a child process with a
+  time limit (:mod:`imaginejax.data.hdf5_reader`: the HDF5 library can loop or crash on malformed
+  files; that is then our error naming the file). Parquet: column chunks stored in the
   file, columns of numbers / bools / strings and (fixed-size) lists of them; every decoding step, the
   ``imaginejax`` metadata record included, names the file and field on failure.
 * **Instruction embeddings** are split from the observations at the environment's state width ``S``
@@ -206,107 +208,61 @@ def _format_of(path: Path, fmt: str | None) -> str:
     return _SUFFIXES[suffix]
 
 
-def _decoded_limit(path: Path) -> int:
-    """Bytes a field of ``path`` may decode to: deflate expands at most ~1032×, and nothing legitimate
-    needs more than that (a dataset of unwritten chunks filled with a fill value would)."""
-    return max(256 << 20, 1032 * path.stat().st_size)
+HDF5_SECONDS = (60.0, 1e-8)
+"""Time limit of reading one HDF5 file in the child process: (base, seconds per byte) — 60 s + 10 s/GB."""
 
 
-def check_hdf5_dataset(name: str, item: Any, limit: int, path: Path) -> None:
-    """Refuses an HDF5 dataset that reads outside its file or is not a plain array.
-
-    Refused: external raw storage, virtual datasets (both read other files), compound, object, reference,
-    opaque, array and variable-length non-string dtypes, and a decoded size above ``limit``.
+def _hdf5_child(mode: str, path: Path, out_dir: Path) -> dict[str, Any]:
+    """Runs :mod:`imaginejax.data.hdf5_reader` on ``path`` in a child process; returns its result record.
 
     Raises:
-      DatasetError: naming the dataset.
+      DatasetError: the child refused the file (its field), or crashed or ran past the time limit (the file).
     """
-    import h5py
+    import subprocess
+    import sys
 
-    fix = "store every field as a plain numeric or string dataset inside the file"
-    if item.external:
-        files = sorted({str(entry[0]) for entry in item.external})[:3]
-        raise DatasetError(name, f"its raw data is stored in other files ({', '.join(files)}): reading it would "
-                           "read files outside this one", fix, path)
-    if item.is_virtual:
-        raise DatasetError(name, "is a virtual dataset mapping other files: reading it would read files outside "
-                           "this one", fix, path)
-    dtype = item.dtype
-    if h5py.check_string_dtype(dtype) is not None:
-        if dtype.kind not in "OS":
-            raise DatasetError(name, f"a string dtype {dtype} of an unknown layout", fix, path)
-    elif dtype.kind not in "biuf" or dtype.names is not None or dtype.subdtype is not None:
-        kind = ("compound" if dtype.names is not None else
-                "variable-length" if h5py.check_vlen_dtype(dtype) is not None else
-                "reference" if h5py.check_ref_dtype(dtype) is not None else
-                "array" if dtype.subdtype is not None else f"{dtype}")
-        raise DatasetError(name, f"has a {kind} dtype, not a bool / numeric / string one", fix, path)
-    nbytes = int(np.prod(item.shape, dtype=object) if item.shape is not None else 0) * dtype.itemsize
-    if nbytes > limit:
-        raise DatasetError(name, f"{list(item.shape or ())} {dtype} would decode to {nbytes} bytes from a "
-                           f"{path.stat().st_size}-byte file", "store the data itself, not a shape to fill", path)
-
-
-def check_hdf5_file(path: Path) -> None:
-    """Walks every link and dataset of an HDF5 file: soft / external / user-defined links and the datasets
-    :func:`check_hdf5_dataset` refuses raise :class:`DatasetError` naming the object. Nothing is read."""
-    import h5py
-
-    limit = _decoded_limit(path)
-    links: list[tuple[str, Any]] = []
+    script = Path(__file__).with_name("hdf5_reader.py")
+    limit = HDF5_SECONDS[0] + HDF5_SECONDS[1] * path.stat().st_size
+    corrupt = "the file is corrupted or malformed; re-download or re-export it"
     try:
-        with h5py.File(path, "r") as f:
-            f.visititems_links(lambda name, link: links.append((name, link)))  # (h5py swallows raises here)
-            for name, link in links:
-                if not isinstance(link, h5py.HardLink):
-                    raise DatasetError(name, f"is a {type(link).__name__} to another object or file; refused",
-                                       "store every field inside the file", path)
-                item = f[name]
-                if isinstance(item, h5py.Dataset):
-                    check_hdf5_dataset(name, item, limit, path)
-    except DatasetError:
-        raise
-    except Exception as err:  # OSError for truncated / not-HDF5 files, ...
-        raise DatasetError(path.name, f"unreadable HDF5 file ({type(err).__name__}: {err})",
-                           "the file is corrupted or truncated; re-download or re-export it", path) from err
+        done = subprocess.run([sys.executable, "-I", str(script), mode, str(path), str(out_dir)],
+                              capture_output=True, text=True, timeout=limit, check=False)
+    except subprocess.TimeoutExpired:
+        raise DatasetError(path.name, f"the HDF5 library did not finish reading it within {limit:.0f} s (malformed "
+                           "files can make it loop)", corrupt, path) from None
+    result_file = out_dir / "result.json"
+    if done.returncode != 0 or not result_file.is_file():
+        how = f"signal {-done.returncode}" if done.returncode < 0 else f"exit status {done.returncode}"
+        raise DatasetError(path.name, f"the HDF5 library crashed reading it ({how}; {done.stderr.strip()[-300:]})",
+                           corrupt, path)
+    result = json.loads(result_file.read_text())
+    if "field" in result:
+        raise DatasetError(result["field"], result["problem"], result["fix"], path)
+    return result
+
+
+def check_hdf5_file(path: str | os.PathLike[str]) -> None:
+    """Refuses an HDF5 file with links or datasets that read outside it, or with non-plain datasets (the
+    rules of :mod:`imaginejax.data.hdf5_reader`), checked in a child process. Nothing is read.
+
+    Raises:
+      DatasetError: naming the object (or the file, when the HDF5 library cannot read it).
+    """
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="imaginejax-hdf5-") as tmp:
+        _hdf5_child("check", Path(path), Path(tmp))
 
 
 def _read_hdf5(path: Path) -> dict[str, Any]:
-    import h5py
+    import tempfile
 
-    out: dict[str, Any] = {}
-    limit = _decoded_limit(path)
-    key = path.name
-    try:
-        with h5py.File(path, "r") as f:
-            for key in f.keys():
-                link = f.get(key, getlink=True)
-                if not isinstance(link, h5py.HardLink):
-                    raise DatasetError(key, f"is a {type(link).__name__} to another object or file; refused",
-                                       "store every field as a dataset inside the file", path)
-                item = f[key]
-                if not isinstance(item, h5py.Dataset):
-                    continue
-                check_hdf5_dataset(key, item, limit, path)
-                if h5py.check_string_dtype(item.dtype) is not None:
-                    out[key] = np.asarray(item.asstr()[()], dtype=str)
-                else:
-                    out[key] = np.asarray(item[()])
-            key = METADATA_KEY
-            if METADATA_KEY in f.attrs:
-                meta = f.attrs[METADATA_KEY]
-                if isinstance(meta, bytes):
-                    meta = meta.decode("utf-8")
-                if not isinstance(meta, str):
-                    raise DatasetError(METADATA_KEY, f"the file attribute is a {type(meta).__name__}, not JSON text",
-                                       "re-export the file", path)
-                out[METADATA_KEY] = meta
-    except DatasetError:
-        raise
-    except Exception as err:  # OSError for truncated / not-HDF5 files, decode errors, ...
-        what = "HDF5 file" if key == path.name else "HDF5 dataset"
-        raise DatasetError(key, f"unreadable {what} ({type(err).__name__}: {err})",
-                           "the file is corrupted or truncated; re-download or re-export it", path) from err
+    with tempfile.TemporaryDirectory(prefix="imaginejax-hdf5-") as tmp:
+        result = _hdf5_child("read", path, Path(tmp))
+        with np.load(Path(tmp) / "fields.npz", allow_pickle=False) as archive:
+            out: dict[str, Any] = {name: archive[f"arr_{i}"] for i, name in enumerate(result["fields"])}
+    if result["metadata"] is not None:
+        out[METADATA_KEY] = result["metadata"]
     return out
 
 
