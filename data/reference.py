@@ -210,6 +210,8 @@ def _format_of(path: Path, fmt: str | None) -> str:
 
 HDF5_SECONDS = (60.0, 1e-8)
 """Time limit of reading one HDF5 file in the child process: (base, seconds per byte) — 60 s + 10 s/GB."""
+HDF5_READER = Path(__file__).with_name("hdf5_reader.py")
+"""The script the child process runs (:mod:`imaginejax.data.hdf5_reader`)."""
 
 
 def _hdf5_child(mode: str, path: Path, out_dir: Path) -> dict[str, Any]:
@@ -221,11 +223,10 @@ def _hdf5_child(mode: str, path: Path, out_dir: Path) -> dict[str, Any]:
     import subprocess
     import sys
 
-    script = Path(__file__).with_name("hdf5_reader.py")
     limit = HDF5_SECONDS[0] + HDF5_SECONDS[1] * path.stat().st_size
     corrupt = "the file is corrupted or malformed; re-download or re-export it"
     try:
-        done = subprocess.run([sys.executable, "-I", str(script), mode, str(path), str(out_dir)],
+        done = subprocess.run([sys.executable, "-I", str(HDF5_READER), mode, str(path), str(out_dir)],
                               capture_output=True, text=True, timeout=limit, check=False)
     except subprocess.TimeoutExpired:
         raise DatasetError(path.name, f"the HDF5 library did not finish reading it within {limit:.0f} s (malformed "

@@ -21,8 +21,8 @@ Values on padding (other than the flags) are not checked: nothing reads them.
 :func:`validate_for_env` adds what only the environment knows (:class:`EnvFacts`, passed in by the caller:
 this layer does not import the environments): the environment's name, state width, action count or
 action width and box, goal width, the encoder's embedding width, and — on real data — the plausibility
-of the states (a bound on their magnitude and the environment's ``legal`` predicate). Every loader that
-knows its environment runs it, and so should anything that trains on a dataset.
+of the states (a bound on their magnitude; the environment's ``legal`` predicate on each row's first
+state). Every loader that knows its environment runs it, and so should anything that trains on a dataset.
 """
 
 from __future__ import annotations
@@ -297,7 +297,9 @@ def validate_dataset(ds: TrajectoryDataset, *, num_actions: int | None = None) -
             bounds = "negative" if num_actions is None else f"outside [0, {num_actions})"
             raise DatasetError("actions", f"{int(bad.sum())} {bounds} action indices on valid steps, first at "
                                f"trajectory {i} step {t} (value {int(ds.actions[i, t])})",
-                               "discrete actions are indices into the action space")
+                               "discrete actions are 0-based indices into the action space" +
+                               ("" if num_actions is None else f" of {num_actions} actions") +
+                               ": check the env name and the action encoding, and fix or drop the offending rows")
     return dims
 
 
@@ -306,8 +308,9 @@ def validate_dataset(ds: TrajectoryDataset, *, num_actions: int | None = None) -
 STATE_BOUND = 1e6
 """No environment's state has an entry beyond this magnitude: real states there are garbage or another unit."""
 MAX_ILLEGAL_FRACTION = 0.5
-"""Real data with more valid states failing the environment's ``legal`` predicate than this is refused: a
-simulator's own states are (almost) all legal; another environment's states of the same width are not."""
+"""Real data with more first states failing the environment's ``legal`` predicate than this is refused: an
+environment's reset states are legal (later ones need not be: pushed objects leave the workbench), another
+environment's states of the same width are not."""
 _LEGAL_CHUNK = 4096
 
 
@@ -342,9 +345,10 @@ class EnvFacts(NamedTuple):
         ``action_low`` / ``action_high``, ``goal_dim`` and (with ``legality``) its ``legal`` predicate."""
         discrete = bool(env.discrete)
         legal = getattr(env, "legal", None) if legality else None
+        action_dim = getattr(env, "action_dim", None)
         return cls(name=str(env.name), state_dim=int(env.state_dim), discrete=discrete,
                    num_actions=int(env.num_actions) if discrete else None,
-                   action_dim=None if discrete else int(getattr(env, "action_dim", env.num_actions)),
+                   action_dim=None if discrete or action_dim is None else int(action_dim),
                    action_low=float(getattr(env, "action_low", -1.0)),
                    action_high=float(getattr(env, "action_high", 1.0)),
                    goal_dim=None if getattr(env, "goal_dim", None) is None else int(env.goal_dim),
@@ -377,7 +381,8 @@ def validate_for_env(ds: TrajectoryDataset, env: EnvFacts, *, embed_dim: int | N
     Checks: ``env`` name; state width S; discrete: ``int32`` actions in ``[0, num_actions)`` on valid steps;
     continuous: A = ``action_dim`` and every entry in ``[action_low, action_high]`` on valid steps; G = 0
     or ``goal_dim``; E = ``embed_dim`` (when given); on real data, states ``s_0 .. s_L`` of every row
-    within ``±STATE_BOUND`` and at most :data:`MAX_ILLEGAL_FRACTION` of them failing ``env.legal``.
+    within ``±STATE_BOUND``, and at most :data:`MAX_ILLEGAL_FRACTION` of the rows' first states ``s_0``
+    failing ``env.legal``.
 
     Returns:
       The dataset's dimensions.
@@ -423,7 +428,7 @@ def validate_for_env(ds: TrajectoryDataset, env: EnvFacts, *, embed_dim: int | N
 
 
 def _check_real_states(ds: TrajectoryDataset, env: EnvFacts) -> None:
-    """Bound and legality of the valid states ``s_0 .. s_L`` of real data."""
+    """Real data: the bound on every valid state ``s_0 .. s_L``, legality of the first states."""
     valid = np.zeros(ds.states.shape[:2], dtype=bool)
     valid[:, :-1] = ds.mask
     valid[:, 1:] |= ds.mask
@@ -435,12 +440,11 @@ def _check_real_states(ds: TrajectoryDataset, env: EnvFacts) -> None:
                            "the state encoding and the units")
     if env.legal is None:
         return
-    rows, steps = np.nonzero(valid)
-    legal = np.asarray(env.legal(ds.states[rows, steps]), bool).reshape(-1)
+    legal = np.asarray(env.legal(ds.states[:, 0]), bool).reshape(-1)
     illegal = int((~legal).sum())
     if illegal > MAX_ILLEGAL_FRACTION * len(legal):
-        k = int(np.argmax(~legal))
-        raise DatasetError("states", f"{illegal} of {len(legal)} valid states fail {env.name}'s legality "
-                           f"predicate, first at trajectory {int(rows[k])} step {int(steps[k])}",
+        (i,) = _first(~legal)
+        raise DatasetError("states", f"{illegal} of {len(legal)} trajectories start in a state that fails "
+                           f"{env.name}'s legality predicate, first trajectory {i} (step 0)",
                            f"these do not look like {env.name} states: check the env name and the state "
                            "encoding (generated data belongs under source='imaginary')")
