@@ -1,19 +1,22 @@
-"""The main job on the embedded default: CLEVR-Robot, language-conditioned BC, every level.
+"""The main job on the embedded default: the ImagineBench experiment on CLEVR-Robot, in minutes on a CPU.
 
-``make demo`` (or ``python -m imaginejax.demo``) does, on a CPU, in minutes:
+``make demo`` (or ``python -m imaginejax.demo``) runs the ``clevr-demo`` preset through the same pipeline
+as ``imaginejax bench``:
 
-1. builds the four CLEVR-Robot levels (train, rephrase, easy, hard) with instruction embeddings from
-   the MiniLM sentence encoder;
-2. collects real expert data for the training goals, and *oracle* real data for the novel levels (the
-   paper's upper bound: real rollouts of the very tasks the imaginer would have to imagine) — both with
-   the scripted expert, cached on disk so a second run starts at training;
-3. trains BC for several seeds × two data mixes in ONE compiled call (the run axis is vmapped):
-   real data only (ratio 0), and real + oracle novel-level data drawn 50/50 (ratio 0.5);
-4. evaluates every run on every level inside the same compiled call and prints the success table
-   (mean ± standard deviation over seeds), saving it as JSON under the cache root.
+1. real expert data for the 80 training goals (scripted expert, cached);
+2. imaginary rollouts for the novel levels (rephrase, easy, hard), written by the package's trained
+   imaginer — SmolLM2-135M with LoRA adapters fine-tuned on CLEVR (:mod:`imaginejax.imaginer.shipped`;
+   nothing is fine-tuned at run time) — scored by the automatic quality report; and *oracle* rollouts
+   (real expert rollouts of the novel tasks, the paper's upper bound);
+3. BC with several seeds on real data only, and for each novel level on real + that level's imaginary
+   data and real + that level's oracle data, 50/50 per batch: every run in ONE compiled call, each
+   evaluated on every task of every level inside it;
+4. the three-way table (real only / real + imaginary / real + oracle per level, IQM and 95 %
+   stratified-bootstrap intervals over seeds), the random policy's success as the floor, the
+   imaginer's quality line, and the timing of each stage.
 
-Imaginary data (an LLM imaginer fine-tuned on the real data) replaces the oracle data once the imaginer
-lands; the table's second row is the bound it is measured against.
+Everything lands in a workspace under the cache root (``$IMAGINEJAX_HOME/demo-workspace``), so a second
+run reuses the data and the finished sweep.
 """
 
 from __future__ import annotations
@@ -22,21 +25,17 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from imaginejax import envs
-from imaginejax.algos.base import Spec
-from imaginejax.algos.bc import BCHyperparams, make_bc
-from imaginejax.bench import cached_expert_data
-from imaginejax.data import LEVELS, concat_transitions, to_transitions
-from imaginejax.engine import EngineConfig, TrainResult, make_train
-from imaginejax.evaluation import evaluate
+from imaginejax.bench import SOURCES_FILE, report, train
+from imaginejax.config import load_config
+from imaginejax.data import LEVELS
+from imaginejax.evaluation import episodes_per_level, evaluate
 from imaginejax.paths import cache_root
-
-NOVEL_LEVELS = ("rephrase", "easy", "hard")
 
 
 def _log(msg: str) -> None:
@@ -44,7 +43,7 @@ def _log(msg: str) -> None:
 
 
 def random_policy_success(eval_levels: dict, num_actions: int, episodes: int, seeds: int) -> dict:
-    """Success rate of a uniformly random policy per level: (seeds,) per level, same protocol as BC."""
+    """Success rate of a uniformly random policy per level: (seeds,) per level, same protocol as training."""
     out = {}
     for level, (env, params) in eval_levels.items():
         policy = lambda obs, key: jax.random.randint(key, obs.shape[:1], 0, num_actions)
@@ -53,95 +52,61 @@ def random_policy_success(eval_levels: dict, num_actions: int, episodes: int, se
     return out
 
 
-def format_table(result: TrainResult, row_names: list[str], rows: list[np.ndarray],
-                 random_success: dict | None = None) -> str:
-    """Markdown table of final success rates: one row per group of runs, mean ± std over its seeds."""
-    head = "| data | " + " | ".join(LEVELS) + " |\n|---|" + "---:|" * len(LEVELS) + "\n"
+def quality_lines(workspace: Path) -> list[str]:
+    """One line per imagined level: the quality summary recorded with the imaginary data."""
+    path = workspace / SOURCES_FILE
+    if not path.is_file():
+        return []
     lines = []
-    if random_success is not None:
-        lines.append("| random policy (reference point) | " + " | ".join(
-            f"{100 * random_success[lv].mean():.1f} ± {100 * random_success[lv].std():.1f}" for lv in LEVELS
-        ) + " |")
-    for name, idx in zip(row_names, rows):
-        cells = []
-        for level in LEVELS:
-            final = 100 * result.success[level][-1, idx]
-            cells.append(f"{final.mean():.1f} ± {final.std():.1f}")
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    return head + "\n".join(lines)
+    for name, source in json.loads(path.read_text()).items():
+        q = source.get("quality")
+        if not name.startswith("imaginary/") or not q:
+            continue
+        exceeds = q.get("exceeds_dynamics_rate")
+        lines.append(f"  {name.split('/', 1)[1]:>8}: {source['trajectories']} rollouts, mean length "
+                     f"{q['mean_length']:.1f}, reach their goal {100 * q['goal_consistency']:.1f} %, consistent & "
+                     f"legal {100 * q['consistent_and_legal_rate']:.1f} %, steps exceeding the simulator's dynamics "
+                     + (f"{100 * exceeds:.1f} %" if exceeds is not None else "n/a"))
+    return lines
 
 
-def main(argv: list[str] | None = None) -> dict:
+def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(prog="imaginejax-demo", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seeds", type=int, default=4, help="seeds per data mix (runs = 2 × seeds)")
-    parser.add_argument("--train-trajectories", type=int, default=2000,
-                        help="real expert trajectories for the 80 training goals")
-    parser.add_argument("--oracle-trajectories", type=int, default=200,
-                        help="oracle real trajectories per novel level (rephrase, easy, hard)")
-    parser.add_argument("--epsilon", type=float, default=0.1, help="expert's random-action probability")
-    parser.add_argument("--updates", type=int, default=4000, help="gradient updates per run")
-    parser.add_argument("--intervals", type=int, default=2, help="evaluations during training")
-    parser.add_argument("--batch-size", type=int, default=256)
-    parser.add_argument("--eval-episodes", type=int, default=240, help="episodes per level per evaluation")
-    parser.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate (reference: 1e-3)")
+    parser.add_argument("--preset", default="clevr-demo", help="configuration preset (default: clevr-demo)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a preset key, as for imaginejax bench (repeatable)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="workspace (default: $IMAGINEJAX_HOME/demo-workspace)")
     args = parser.parse_args(argv)
-
-    root = cache_root() / "demo"
-    root.mkdir(parents=True, exist_ok=True)
+    config = load_config(args.preset, args.set)
+    out = args.out or cache_root() / "demo-workspace"
     _log(f"ImagineJAX demo on {jax.devices()[0].platform.upper()} ({jax.device_count()} device(s)); "
-         f"cache: {root}")
-
-    _log("1/3 data (scripted expert; cached after the first run)")
-    real = cached_expert_data("clevr", "train", args.train_trajectories, 0, args.epsilon, root, log=_log)
-    oracle = [cached_expert_data("clevr", level, args.oracle_trajectories, 1 + i, args.epsilon, root, log=_log)
-              for i, level in enumerate(NOVEL_LEVELS)]
-    real_t = to_transitions(real)
-    oracle_t = concat_transitions([to_transitions(ds) for ds in oracle])
-
-    _log(f"2/3 training BC: {args.seeds} seeds × 2 data mixes = {2 * args.seeds} runs in one compiled call")
-    eval_levels = {level: envs.make("clevr", level) for level in LEVELS}
-    env, params = eval_levels["train"]
-    spec = Spec(state_dim=env.state_dim, embed_dim=int(params.instruction_embeddings.shape[1]),
-                discrete=True, action_dim=env.num_actions)
-    if args.updates % args.intervals:
-        raise SystemExit("--updates must be a multiple of --intervals")
-    config = EngineConfig(batch_size=args.batch_size, updates_per_interval=args.updates // args.intervals,
-                          num_intervals=args.intervals, eval_episodes=args.eval_episodes)
-    trainer = make_train(make_bc(spec), spec, config, eval_levels)
-    runs = 2 * args.seeds
-    keys = jax.random.split(jax.random.PRNGKey(2024), runs)
-    ratios = jnp.repeat(jnp.asarray([0.0, 0.5], jnp.float32), args.seeds)
-    hp = BCHyperparams(learning_rate=jnp.full((runs,), args.lr, jnp.float32))
+         f"workspace: {out}")
     start = time.perf_counter()
-    result = trainer.train(keys, hp, real_t, oracle_t, ratios, log=_log)
-    seconds = time.perf_counter() - start
+    outcome = train(config, out, log=_log)
+    text = report(outcome.workspace, config, figures=False, log=_log)
+    total = time.perf_counter() - start
 
-    _log("3/3 results")
-    names = ["real (train goals) only", "real + oracle novel-level data, 50/50"]
-    rows = [np.arange(args.seeds), np.arange(args.seeds, runs)]
-    table = format_table(result, names, rows,
-                         random_policy_success(eval_levels, spec.action_dim, args.eval_episodes, args.seeds))
-    print(f"\nBC success rate (%) on CLEVR-Robot, mean ± std over {args.seeds} seeds, "
-          f"{args.updates} updates, {args.eval_episodes} episodes per level:\n")
-    print(table)
-    print(f"\n{runs} runs trained and evaluated in {seconds:.0f}s "
-          f"({runs * args.updates / seconds:,.0f} updates/s including evaluation and compilation)")
-    summary = {
-        "args": vars(args),
-        "table": table,
-        "success": {lv: result.success[lv].tolist() for lv in LEVELS},
-        "ratios": np.asarray(ratios).tolist(),
-        "seconds": seconds,
-        "interval_seconds": result.seconds.tolist(),
-        "jax": jax.__version__,
-    }
-    out = cache_root() / "results" / "demo.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(summary, indent=1))
-    tmp.replace(out)
-    print(f"saved {out}")
-    return summary
+    eval_levels = {level: envs.make(config.data.env, level, embed=config.data.embed)
+                   for level in envs.ENV_LEVELS[config.data.env]}
+    env = eval_levels["train"][0]
+    floor = random_policy_success(eval_levels, int(env.num_actions), config.train.eval_episodes, config.train.seeds)
+    protocol = text.split("\n\nEvery configuration")[0]
+    print(f"\n{', '.join(config.train.algos).upper()} success rate (%) on {config.data.env}, "
+          f"{config.train.seeds} seeds, {config.train.updates} updates:\n")
+    print(protocol)
+    episodes = {lv: episodes_per_level(config.train.eval_episodes, int(p.goals.shape[0]))
+                for lv, (_, p) in eval_levels.items()}
+    print("\nRandom policy (the floor): " + ", ".join(
+        f"{lv} {100 * floor[lv].mean():.1f} %" for lv in LEVELS if lv in floor)
+          + f" ({', '.join(f'{lv} {n}' for lv, n in episodes.items())} episodes per evaluation).")
+    lines = quality_lines(outcome.workspace)
+    if lines:
+        print("Imaginary data (automatic quality report):\n" + "\n".join(lines))
+    timing = ", ".join(f"{k} {v:.0f}s" for k, v in outcome.seconds.items())
+    print(f"\nDone in {total:.0f}s (training and evaluation: {timing}); workspace {outcome.workspace} "
+          f"(results.md, runs/, sources.json)")
+    return protocol
 
 
 if __name__ == "__main__":

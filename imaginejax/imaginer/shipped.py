@@ -43,7 +43,13 @@ class ShippedImaginer:
     command: str
 
 
-SHIPPED: Final[dict[str, ShippedImaginer]] = {}
+SHIPPED: Final[dict[str, ShippedImaginer]] = {
+    "clevr-smollm2-lora": ShippedImaginer(
+        "clevr-smollm2-lora", "clevr", "2d9fdd9639f0755de7686b6ee53dc12664b52cad8d51c486f98183b611ad7951",
+        "python -m imaginejax.imaginer.study train clevr-smollm2-lora --preset smollm2-lora --steps 600 "
+        "--trajectories 2000, then python -m imaginejax.imaginer.shipped export "
+        "$IMAGINEJAX_HOME/imaginer-study/clevr-smollm2-lora --env clevr --name clevr-smollm2-lora"),
+}
 
 
 class ShippedImaginerError(ValueError):
