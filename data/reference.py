@@ -322,8 +322,8 @@ def _read_parquet(path: Path) -> dict[str, Any]:
             for c in range(group.num_columns):
                 chunk = group.column(c)
                 if chunk.file_path:
-                    raise DatasetError(chunk.path_in_schema, f"its data is stored in another file ({chunk.file_path!r}): "
-                                       "reading it would read files outside this one",
+                    raise DatasetError(chunk.path_in_schema, f"its data is stored in another file "
+                                       f"({chunk.file_path!r}): reading it would read files outside this one",
                                        "store every column inside the file", path)
         table = parquet.read()
     except DatasetError:

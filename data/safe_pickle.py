@@ -148,7 +148,7 @@ def _from_bytes(raw: Any, dtype: Any, shape: Any, fortran: Any) -> Any:
                         f"(expected {count * dtype.itemsize})")
     array = np.frombuffer(raw, dtype=dtype).reshape(shape, order="F" if fortran else "C").copy(order="K")
     if dtype.kind == "b":
-        array = array.view(np.uint8) != 0
+        array = array.view(np.uint8).astype(np.bool_)  # any non-zero byte is True (keeps 0-d arrays)
     elif dtype.kind == "U" and count:
         codes = np.frombuffer(raw, dtype=np.dtype(np.uint32).newbyteorder(dtype.byteorder))
         if (codes >= 0x110000).any():

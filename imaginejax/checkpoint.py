@@ -279,9 +279,9 @@ def _read_manifest(item: Path, fix: str) -> dict[str, Any]:
         manifest = json.loads(text)
     except (ValueError, RecursionError) as err:
         raise CheckpointError(f"checkpoint manifest {manifest_file} is missing or corrupted ({err}): {fix}") from err
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or manifest.get("format_version") != FORMAT_VERSION:
-        got = manifest if not isinstance(manifest, dict) else manifest.get("format")
-        version = manifest.get("format_version") if isinstance(manifest, dict) else None
+    got = manifest.get("format") if isinstance(manifest, dict) else manifest
+    version = manifest.get("format_version") if isinstance(manifest, dict) else None
+    if got != FORMAT or version != FORMAT_VERSION:
         raise CheckpointError(f"{manifest_file} is format {got!r} version {version}, this code "
                               f"reads {FORMAT!r} version {FORMAT_VERSION}: {fix}")
     problem = _manifest_problem(manifest, step_dir)

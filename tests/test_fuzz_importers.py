@@ -1,0 +1,342 @@
+"""Property / fuzz tests of the reference-file importers (hypothesis).
+
+Invariant: a file imports exactly (what a legitimate file holds) or raises our DatasetError; it never
+crashes the process, never reads another file and never runs code. Inputs: random values of the accepted
+kinds pickled with protocols 2–5 (exact round trip), the same streams with opcodes deleted, repeated,
+swapped or inserted (code-running globals among them), byte flips and truncations of .npy / HDF5 / parquet
+files (read in one child process with an audit hook, so a crash fails the test instead of killing pytest),
+and random HDF5 layouts (chunking, filters, external storage, virtual datasets, links, dtypes).
+Budgets are small (a few seconds each); raise max_examples locally to search longer."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import pickletools
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from imaginejax.data import DatasetError
+from imaginejax.data.reference import read_reference_file
+from imaginejax.data.safe_pickle import read_pickle
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def budget(examples: int) -> settings:
+    """A small, deterministic-enough fuzz budget (no example database, no deadline)."""
+    return settings(max_examples=examples, deadline=None, database=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+
+
+# ------------------------------------------------------------------------------------------ pickle values
+
+DTYPES = st.sampled_from(["?", "i1", "i2", "<i4", ">i4", "i8", "u1", "u2", "u4", "<u8", "f2", "<f4", ">f4", "f8",
+                          "c8", "c16", "U3", "S2"])
+TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=6)
+
+
+@st.composite
+def arrays(draw: st.DrawFn) -> np.ndarray:
+    dtype = np.dtype(draw(DTYPES))
+    value = draw(hnp.arrays(dtype, hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=3)))
+    return np.asfortranarray(value) if draw(st.booleans()) else value
+
+
+LEAVES = st.one_of(arrays(), TEXT, st.integers(-2**70, 2**70), st.floats(allow_nan=False), st.booleans(),
+                   st.none(), st.binary(max_size=5))
+VALUES = st.recursive(LEAVES, lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                                      st.tuples(inner, inner),
+                                                      st.dictionaries(TEXT, inner, max_size=3)), max_leaves=8)
+
+
+def same(a: object, b: object) -> bool:
+    if isinstance(a, np.ndarray):
+        return (isinstance(b, np.ndarray) and a.dtype == b.dtype and a.shape == b.shape
+                and a.tobytes(order="A") == b.tobytes(order="A") and a.flags.f_contiguous == b.flags.f_contiguous)
+    if isinstance(a, dict):
+        return isinstance(b, dict) and list(a) == list(b) and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    return type(a) is type(b) and a == b
+
+
+@budget(120)
+@given(value=VALUES, protocol=st.integers(2, 5), wrapped=st.booleans())
+def test_accepted_values_round_trip_exactly(value: object, protocol: int, wrapped: bool) -> None:
+    """Whatever NumPy / pickle write for arrays of accepted dtypes, strings and plain containers is read
+    back exactly (np.save wraps a dict in a 0-d object array: ``wrapped``)."""
+    if wrapped:
+        holder = np.empty((), dtype=object)
+        holder[()] = value
+        got = read_pickle(pickle.dumps(holder, protocol=protocol), field="f")
+        assert isinstance(got, np.ndarray) and got.dtype == object and got.shape == ()
+        got = got.item()
+    else:
+        got = read_pickle(pickle.dumps(value, protocol=protocol), field="f")
+    assert same(value, got), (value, got)
+
+
+def _plain_output(value: object) -> bool:
+    if isinstance(value, np.ndarray):
+        return value.dtype.kind in "biufcUS" or (value.dtype == object and all(_plain_output(v) for v in value.flat))
+    if isinstance(value, dict):
+        return all(type(k) in (str, int) and _plain_output(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return all(_plain_output(v) for v in value)
+    return value is None or type(value) in (bool, int, float, str, bytes) or isinstance(value, np.generic)
+
+
+def _ops(stream: bytes) -> list[bytes]:
+    """The stream cut at opcode boundaries (PROTO first, STOP last)."""
+    starts = [pos for _, _, pos in pickletools.genops(stream)] + [len(stream)]
+    return [stream[a:b] for a, b in zip(starts, starts[1:])]
+
+
+def _code_ops(marker: Path) -> list[bytes]:
+    """Opcodes that would run a command creating ``marker`` if anything called what they name."""
+    command = f"touch {marker}".encode()
+    arg = b"\x8c" + bytes([len(command)]) + command
+    return [b"cos\nsystem\n", b"cposix\nsystem\n", b"cbuiltins\neval\n", b"csubprocess\ncall\n",
+            b"\x8c\x02os\x8c\x06system\x93", arg, arg + b"\x85R", b"R", b"b", b"\x81", b"\x92",
+            b"cnumpy\ndtype\n", b"cnumpy._core.multiarray\n_reconstruct\n", b"cnumpy\nndarray\n",
+            b"(", b"t", b")", b"]", b"}", b"a", b"e", b"s", b"u", b"\x94", b"h\x00", b"2", b"0", b"1",
+            b"\x8c\x02V8", b"\x8c\x02O8", b"K?", b"K\x00", b"N", b"\x88"]
+
+
+@budget(200)
+@given(value=VALUES, protocol=st.integers(2, 5), edits=st.lists(
+    st.tuples(st.sampled_from(["delete", "repeat", "swap", "insert"]), st.integers(0, 10**6),
+              st.integers(0, 10**6)), min_size=1, max_size=4))
+def test_mutated_pickles_are_read_or_refused_and_never_run_code(tmp_path_factory: pytest.TempPathFactory,
+                                                                value: object, protocol: int,
+                                                                edits: list[tuple[str, int, int]]) -> None:
+    """Random pickles built from the accepted opcodes (valid streams with opcodes deleted, repeated,
+    swapped or inserted, code-running globals among the insertions): read into plain values or refused
+    with DatasetError — never another exception, never a call."""
+    marker = tmp_path_factory.getbasetemp() / "fuzz-pwned"
+    holder = np.empty((), dtype=object)
+    holder[()] = value
+    ops = _ops(pickle.dumps(holder, protocol=protocol))
+    pool = _code_ops(marker)
+    for kind, i, j in edits:
+        body = ops[1:-1]  # PROTO and STOP stay in place
+        if kind == "insert" or not body:
+            body.insert(i % (len(body) + 1), pool[j % len(pool)])
+        elif kind == "delete":
+            del body[i % len(body)]
+        elif kind == "repeat":
+            body.insert(i % len(body), body[i % len(body)])
+        else:
+            a, b = i % len(body), j % len(body)
+            body[a], body[b] = body[b], body[a]
+        ops = [ops[0], *body, ops[-1]]
+    try:
+        got = read_pickle(b"".join(ops), field="fuzz.npy")
+    except DatasetError as err:
+        assert err.field and err.problem and err.fix
+    else:
+        assert _plain_output(got)
+    assert not marker.exists()
+
+
+# ------------------------------------------------------------------------- byte flips in a child process
+
+CHILD = textwrap.dedent("""
+    import json, sys, tempfile
+    from pathlib import Path
+    import imaginejax.data.reference as reference
+    from imaginejax.data.errors import DatasetError
+
+    reference.HDF5_SECONDS = (10.0, 0.0)
+    folder = Path(sys.argv[1]).resolve()
+    allowed = [folder, Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(), Path(sys.argv[2]).resolve(),
+               Path("/proc"), Path("/sys"), Path("/dev")]
+    tempfile.gettempdir()  # probes the temporary directory once, before the hook
+    strays = []
+
+    def audit(event, args):
+        if event == "open" and isinstance(args[0], (str, bytes)):
+            path = Path(args[0] if isinstance(args[0], str) else args[0].decode()).resolve()
+            if not any(path.is_relative_to(root) for root in allowed) and "imaginejax-hdf5-" not in str(path):
+                strays.append(f"open {path}")
+        elif event in ("os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork"):
+            strays.append(event)
+        elif event == "subprocess.Popen" and "hdf5_reader.py" not in " ".join(map(str, args[1])):
+            strays.append(f"Popen {args[1]}")
+
+    sys.addaudithook(audit)
+    for file in sorted(folder.iterdir()):
+        print(json.dumps({"start": file.name}), flush=True)
+        try:
+            reference.read_reference_file(file)
+            outcome = "ok"
+        except DatasetError:
+            outcome = "DatasetError"
+        except Exception as err:
+            outcome = f"{type(err).__name__}: {err}"
+        print(json.dumps({"file": file.name, "outcome": outcome, "strays": strays}), flush=True)
+        strays.clear()
+""")
+
+
+@pytest.fixture(scope="module")
+def originals(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
+    """One small legitimate file per container, in the reference layout."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder = tmp_path_factory.mktemp("originals")
+    arrays = {"observations": np.arange(2 * 5 * 4, dtype=np.float32).reshape(2, 5, 4),
+              "actions": np.ones((2, 5), np.int32), "masks": np.ones((2, 5, 1), np.float32),
+              "instructions": np.array(["go to the red ball", "open the door"])}
+    np.save(folder / "a.npy", dict(arrays, imaginejax='{"env": "babyai"}'), allow_pickle=True)
+    with h5py.File(folder / "a.h5", "w") as f:
+        f["observations"] = arrays["observations"]
+        f.create_dataset("actions", data=arrays["actions"], chunks=(1, 5), compression="gzip", shuffle=True)
+        f.create_dataset("instructions", data=arrays["instructions"].astype(object), dtype=h5py.string_dtype())
+        f.attrs["imaginejax"] = '{"env": "babyai"}'
+    table = pa.table({"observations": pa.array(arrays["observations"].reshape(2, -1).tolist()),
+                      "instructions": pa.array(arrays["instructions"].tolist())})
+    pq.write_table(table.replace_schema_metadata({b"imaginejax": b'{"env": "babyai"}'}), folder / "a.parquet")
+    return {kind: (folder / f"a.{kind}").read_bytes() for kind in ("npy", "h5", "parquet")}
+
+
+def test_byte_flips_and_truncations_never_crash_read_outside_or_run_code(tmp_path: Path,
+                                                                         originals: dict[str, bytes]) -> None:
+    folder = tmp_path / "mutants"
+    folder.mkdir()
+    written: list[Path] = []
+
+    @budget(150)
+    @given(kind=st.sampled_from(sorted(originals)), cut=st.one_of(st.none(), st.floats(0, 1, exclude_max=True)),
+           flips=st.lists(st.tuples(st.floats(0, 1, exclude_max=True), st.integers(0, 255)), max_size=6))
+    def mutate(kind: str, cut: float | None, flips: list[tuple[float, int]]) -> None:
+        data = bytearray(originals[kind])
+        for where, byte in flips:
+            data[int(where * len(data))] = byte
+        if cut is not None:
+            data = data[: int(cut * len(data))]
+        file = folder / f"{len(written):04d}.{kind}"
+        file.write_bytes(bytes(data))
+        written.append(file)
+
+    mutate()
+    done = subprocess.run([sys.executable, "-c", CHILD, str(folder), str(REPO)], capture_output=True, text=True,
+                          timeout=600)
+    records = [json.loads(line) for line in done.stdout.splitlines()]
+    started = [r["start"] for r in records if "start" in r]
+    assert done.returncode == 0, f"the importer crashed the process on {started[-1:]}: {done.stderr[-2000:]}"
+    results = [r for r in records if "file" in r]
+    assert len(results) == len(written)
+    for r in results:
+        assert r["outcome"] in ("ok", "DatasetError") and not r["strays"], r
+    assert any(r["outcome"] == "ok" for r in results) and any(r["outcome"] == "DatasetError" for r in results)
+
+
+# ---------------------------------------------------------------------------------- random HDF5 layouts
+
+PLAIN_DTYPES = ["<f4", ">f8", "<i4", "u1", "?", "<i8"]
+REFUSED_DTYPES = ["compound", "vlen int", "reference"]
+STORAGES = ["contiguous", "chunked", "gzip", "shuffle+gzip+fletcher32", "lzf", "external", "virtual"]
+NAMES = ["actions", "masks", "observations", "rewards", "terminals"]
+
+
+@st.composite
+def layouts(draw: st.DrawFn) -> list[dict]:
+    names = draw(st.lists(st.sampled_from(NAMES), min_size=1, max_size=4, unique=True))
+    out = []
+    for name in names:
+        kind = draw(st.sampled_from(["plain"] * 5 + ["string", "bytes", "dtype", "soft link", "external link"]))
+        shape = tuple(draw(st.lists(st.integers(1, 4), min_size=1, max_size=3)))
+        entry = {"name": name, "kind": kind, "shape": shape, "storage": draw(st.sampled_from(STORAGES)),
+                 "dtype": draw(st.sampled_from(PLAIN_DTYPES if kind == "plain" else REFUSED_DTYPES)),
+                 "seed": draw(st.integers(0, 2**16))}
+        out.append(entry)
+    return out
+
+
+def _write_layout(folder: Path, layout: list[dict]) -> tuple[Path, dict[str, np.ndarray], str | None]:
+    """Writes the layout; returns the file, what a correct reader returns, and the first refused name."""
+    file, secret = folder / "layout.h5", folder / "secret.bin"
+    secret.write_bytes(np.full(4096, 7.25, np.float64).tobytes())
+    with h5py.File(folder / "other.h5", "w") as g:
+        g["data"] = np.full(64, 7.25)
+    expected: dict[str, np.ndarray] = {}
+    refused = []
+    with h5py.File(file, "w") as f:
+        f.create_group("group").create_dataset("inside", data=np.zeros(3))  # groups are not fields
+        for entry in layout:
+            name, kind, shape = entry["name"], entry["kind"], entry["shape"]
+            rng = np.random.default_rng(entry["seed"])
+            if kind == "soft link":
+                f[name] = h5py.SoftLink("/group/inside")
+                refused.append(name)
+                continue
+            if kind == "external link":
+                f[name] = h5py.ExternalLink(str(folder / "other.h5"), "/data")
+                refused.append(name)
+                continue
+            if kind == "string":
+                value = np.array(["".join(rng.choice(list("abcé€ ")) for _ in range(3)) for _ in range(shape[0])])
+                f.create_dataset(name, data=value.astype(object), dtype=h5py.string_dtype())
+                expected[name] = value
+                continue
+            if kind == "bytes":
+                value = np.array([b"ab", b"xyz", b"q", b"rs"][: shape[0]])
+                f[name] = value
+                expected[name] = value.astype(str)
+                continue
+            if kind == "dtype":
+                dtype = {"compound": np.dtype([("a", "<f4"), ("b", "<i8")]), "vlen int": h5py.vlen_dtype(np.int32),
+                         "reference": h5py.ref_dtype}[entry["dtype"]]
+                f.create_dataset(name, shape=shape[:1], dtype=dtype)
+                refused.append(name)
+                continue
+            value = (rng.normal(size=shape) * 100).astype(entry["dtype"])
+            storage = entry["storage"]
+            if storage == "external":
+                f.create_dataset(name, shape=shape, dtype=value.dtype,
+                                 external=[(str(secret), 0, value.nbytes)])
+                refused.append(name)
+            elif storage == "virtual":
+                count = int(np.prod(shape))
+                mapping = h5py.VirtualLayout(shape=(count,), dtype="<f8")
+                mapping[:] = h5py.VirtualSource(str(folder / "other.h5"), "data", shape=(64,))[:count]
+                f.create_virtual_dataset(name, mapping)
+                refused.append(name)
+            else:
+                options = {"contiguous": {}, "chunked": {"chunks": True}, "gzip": {"compression": "gzip"},
+                           "shuffle+gzip+fletcher32": {"compression": "gzip", "shuffle": True, "fletcher32": True},
+                           "lzf": {"compression": "lzf"}}[storage]
+                f.create_dataset(name, data=value, **options)
+                expected[name] = value
+    first_refused = min(refused) if refused else None  # HDF5 lists links by name
+    return file, expected, first_refused
+
+
+@budget(25)
+@given(layout=layouts())
+def test_random_hdf5_layouts_import_exactly_or_are_refused_by_name(tmp_path: Path, layout: list[dict]) -> None:
+    folder = Path(tempfile.mkdtemp(dir=tmp_path))  # hypothesis runs many examples in one tmp_path
+    file, expected, first_refused = _write_layout(folder, layout)
+    if first_refused is not None:
+        with pytest.raises(DatasetError) as err:
+            read_reference_file(file)
+        assert err.value.field == first_refused, (err.value, layout)
+        return
+    got = read_reference_file(file)
+    assert list(got) == sorted(expected)
+    for name, value in expected.items():
+        assert got[name].dtype == value.dtype and got[name].shape == value.shape, name
+        assert got[name].tobytes() == value.tobytes(), name
