@@ -100,8 +100,6 @@ METADATA_KEY = "imaginejax"
 EXPORT_VERSION = 1
 _SUFFIXES = {".h5": "hdf5", ".hdf5": "hdf5", ".hdf": "hdf5", ".npy": "npy", ".parquet": "parquet",
              ".pq": "parquet"}
-_TRUST_FIX = ("pass trust_pickle=True only if you trust the file's origin (unpickling runs arbitrary "
-              "code), or re-export it as HDF5 / parquet / a dict of plain arrays")
 _CHUNK = 1 << 20
 
 

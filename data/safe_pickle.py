@@ -80,15 +80,8 @@ class _ObjectArray:
         self.items = items
 
 
-class _Mark:
-    pass
-
-
 class _Unsupported(ValueError):
     """A well-formed stream that uses something this reader refuses (an opcode, a protocol, a key type)."""
-
-
-_MARK = _Mark()
 
 
 def _dtype(descr: str, state: Any) -> np.dtype | _Refused:
@@ -139,7 +132,7 @@ def _from_bytes(raw: Any, dtype: Any, shape: Any, fortran: Any) -> Any:
                             "are read only element by element, never from raw bytes)")
         if fortran and len(shape) > 1:
             return _Refused("a Fortran-ordered object array")
-        return _ObjectArray(shape, raw)
+        return _ObjectArray(shape, list(raw))  # a copy: the stream may append to the list later
     if isinstance(raw, bytearray):
         raw = bytes(raw)
     if not isinstance(raw, bytes) or len(raw) != count * dtype.itemsize:
@@ -366,7 +359,7 @@ class _Assembler:
             if value.value is None:
                 raise self.fail(where, "an array whose pickled state never came")
             return self(value.value, where, depth)
-        if isinstance(value, (_Global, _DType, _Mark)):
+        if isinstance(value, (_Global, _DType)):
             raise self.fail(where, "a bare NumPy type or dtype where data belongs")
         if depth > _MAX_DEPTH:
             raise self.fail(where, f"values nested deeper than {_MAX_DEPTH} levels")
@@ -417,4 +410,10 @@ def read_pickle(data: bytes, *, field: str, path: str | Path | None = None) -> A
     except (ValueError, IndexError, KeyError, TypeError, OverflowError, MemoryError, EOFError) as err:
         raise DatasetError(field, f"unreadable pickle stream ({type(err).__name__}: {err})", _FIX_CORRUPT,
                            path) from None
-    return _Assembler(field, path)(value)
+    try:
+        return _Assembler(field, path)(value)
+    except DatasetError:
+        raise
+    except (ValueError, TypeError, MemoryError) as err:
+        raise DatasetError(field, f"unreadable pickle stream ({type(err).__name__}: {err})", _FIX_CORRUPT,
+                           path) from None

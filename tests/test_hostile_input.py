@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import pickle
 import pickletools
-import signal
 import subprocess
 import sys
 import textwrap
@@ -324,11 +323,14 @@ def test_clevr_action_999_is_refused_by_every_reader(tmp_path: Path, clevr) -> N
     actions = ds.actions.copy()
     actions[2, 1] = 999
     bad = dataclasses.replace(ds, actions=actions)
-    save_dataset(bad, tmp_path / "bad")  # the environment-agnostic format cannot know the action count
-    with pytest.raises(DatasetError, match=r"outside \[0, 40\) action indices on valid steps, first at trajectory 2 "
-                                           r"step 1 \(value 999\).*of 40 actions: check the env name") as err:
-        load_dataset(tmp_path / "bad", env=facts)
-    assert err.value.field == "actions" and err.value.path == str(tmp_path / "bad")
+    for array_format in ("npz", "safetensors"):  # the environment-agnostic format cannot know the action count
+        save_dataset(bad, tmp_path / array_format, array_format=array_format)
+        with pytest.raises(DatasetError, match=r"outside \[0, 40\) action indices on valid steps, first at "
+                                               r"trajectory 2 step 1 \(value 999\).*of 40 actions: check the env "
+                                               r"name") as err:
+            load_dataset(tmp_path / array_format, env=facts)
+        assert err.value.field == "actions" and err.value.path == str(tmp_path / array_format)
+    assert load_dataset(tmp_path / "npz").actions[2, 1] == 999  # without the environment: the format is valid
     with pytest.raises(DatasetError, match="value 999"):
         validate_for_env(bad, facts)
     export_reference(bad, tmp_path / "bad.npy")
