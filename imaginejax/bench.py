@@ -55,8 +55,9 @@ from imaginejax.algos.base import Spec
 from imaginejax.algos.common import StateNormalizer
 from imaginejax.algos.networks import NetConfig
 from imaginejax.config import Config, ConfigError, data_conditions, imagined_levels, level_episodes
-from imaginejax.data import (TrajectoryDataset, concat_transitions, load_dataset, read_manifest, save_dataset,
-                             to_transitions)
+from imaginejax.data import (EnvFacts, TrajectoryDataset, concat_transitions, load_dataset, read_manifest,
+                             save_dataset, to_transitions, validate_for_env)
+from imaginejax.data.errors import DatasetError
 from imaginejax.data.collect import Policy, collect
 from imaginejax.data.types import Transitions
 from imaginejax.engine import EngineConfig, make_train
@@ -208,7 +209,7 @@ def mixed_sources(config: Config, real: Sequence[TrajectoryDataset], out_dir: st
     env_name = config.data.env
     novel = [lv for lv in envs.ENV_LEVELS[env_name] if lv != "train"]
     per_condition: dict[str, list[TrajectoryDataset]] = {}
-    if "imaginary" in conditions:
+    if imaginary_paths or "imaginary" in conditions:
         if imaginary_paths:
             datasets = load_datasets(imaginary_paths, "imaginary", env_name)
         else:
@@ -592,6 +593,12 @@ def train(config: Config, out: str | Path, *, real_paths: Sequence[str | Path] =
     check_data(out, real, imag)
     eval_levels = evaluation_levels(config)
     spec = interface(real[0], eval_levels)
+    facts = EnvFacts.of(eval_levels["train"][0])
+    for ds in list(real) + imag:  # before anything compiles: actions, states, widths against the environment
+        try:
+            validate_for_env(ds, facts, embed_dim=spec.embed_dim)
+        except DatasetError as error:
+            raise ConfigError(f"{ds.source} data of {ds.env}/{ds.level}: {error}") from None
     for ds in imag:
         if ds.instruction_embeddings.shape[1] != spec.embed_dim or ds.states.shape[-1] != spec.state_dim:
             raise ConfigError(f"imaginary data of level {ds.level} has {ds.states.shape[-1]}-d states and "

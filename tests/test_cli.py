@@ -163,6 +163,22 @@ def test_interrupted_train_resumes_to_the_uninterrupted_result(bench_run, monkey
     assert status == 2 and "train.updates: 20 -> 40" in err
 
 
+def test_imaginary_data_out_of_the_action_space_is_refused_before_training(bench_run):
+    """A BabyAI 'imaginary' dataset with action 999 (BabyAI has 7): refused naming ``actions``, nothing trained."""
+    from imaginejax.data import load_dataset, save_dataset
+
+    ds = load_dataset(bench_run["real"])
+    actions = ds.actions.copy()
+    actions[0, 0] = 999
+    bad = dataclasses.replace(ds, actions=actions, source="imaginary", level="easy")
+    save_dataset(bad, bench_run["root"] / "bad-imaginary")
+    argv = ["train", "--algo", "bc", "--real", str(bench_run["real"]), "--imaginary",
+            str(bench_run["root"] / "bad-imaginary"), "--out", str(bench_run["root"] / "ws-bad")]
+    status, _, err = run(argv + tiny(bench_run["root"] / "data"))
+    assert status == 2 and "actions" in err and "imaginary data of babyai/easy" in err, err
+    assert not (bench_run["root"] / "ws-bad" / "runs").exists()
+
+
 def test_report_of_a_workspace_and_of_a_sweep(bench_run):
     ws = bench_run["root"] / "ws"
     status, out, err = run(["report", str(ws), "--reps", "50", "--no-figures",
