@@ -26,11 +26,12 @@ Guarantees:
   killed mid-deletion never leaves a half-deleted ``step-*`` directory that is listed.
 * **Verified.** Orbax/tensorstore do not checksum the stored chunks (measured with orbax 0.12.8: one
   flipped bit in the middle of a 200 KB float32 chunk file restores without error as ~8,000 wrong
-  values). :func:`load_checkpoint` first checks the seal (the manifest is unchanged), then that the
-  manifest is well-formed and agrees with the checkpoint's name (its ``interval``), that ``tree/`` holds
-  exactly the manifest's files with their sizes and SHA-256, and only then lets orbax read; any
-  inconsistency raises :class:`CheckpointError` naming the checkpoint and the way out (delete it to fall
-  back to the previous one, which the message names).
+  values). :func:`load_checkpoint` first checks the seal (the manifest is unchanged; format-2
+  checkpoints, written before seals existed, have none), then that the manifest is well-formed and
+  agrees with the checkpoint's name (its ``interval``), that ``tree/`` holds exactly the manifest's files
+  with their sizes and SHA-256, and only then lets orbax read; any inconsistency raises
+  :class:`CheckpointError` naming the checkpoint and the way out (delete it to fall back to the previous
+  one, which the message names).
 * **Exact.** NumPy arrays are stored and restored as NumPy arrays by orbax (bitwise: float32/64,
   int32/64, uint32 PRNG key data, bool). Zero-size arrays, which orbax refuses to store, are kept in
   the manifest only (their shape and dtype are their whole content).
@@ -60,6 +61,7 @@ from etils import epath
 PyTree = Any
 FORMAT = "imaginejax-checkpoint"
 FORMAT_VERSION = 3  # 3: manifest.sha256 seals the manifest
+LEGACY_VERSIONS = (2,)  # read without a seal (written before seals existed); every other check applies
 ITEM = "arrays"  # the item (sub-directory) of ArraysHandler inside a step directory
 TREE = "tree"  # orbax PyTree checkpoint inside the item
 MANIFEST = "manifest.json"
@@ -252,36 +254,28 @@ def _manifest_problem(manifest: Any, step_dir: Path) -> str | None:
 
 
 def _read_manifest(item: Path, fix: str) -> dict[str, Any]:
-    """The manifest of an item, after its seal and its consistency are checked."""
+    """The manifest of an item, after its seal and its consistency are checked (a format-2 manifest,
+    written before seals existed, has no seal; every other check applies to it)."""
     manifest_file, seal_file, step_dir = item / MANIFEST, item / SEAL, item.parent
     try:
         text = manifest_file.read_bytes()
-    except OSError as err:
-        raise CheckpointError(f"checkpoint manifest {manifest_file} is missing or corrupted ({err}): {fix}") from err
-    try:
-        seal = seal_file.read_text().split()[0] if seal_file.is_file() else None
-    except (OSError, UnicodeDecodeError, IndexError):
-        seal = ""
-    if seal != hashlib.sha256(text).hexdigest():
-        try:
-            loose = json.loads(text)
-            version = loose.get("format_version") if isinstance(loose, dict) else None
-        except (ValueError, RecursionError):
-            version = None
-        if seal is None and isinstance(version, int) and version < FORMAT_VERSION:
-            raise CheckpointError(f"{manifest_file} is format version {version} (unsealed), this code reads version "
-                                  f"{FORMAT_VERSION}: {fix}")
-        what = "has no seal" if seal is None else "does not match its seal"
-        raise CheckpointError(f"checkpoint manifest {manifest_file} is missing or corrupted: it {what} ({SEAL}: the "
-                              f"SHA-256 of the manifest as written), so it was edited or damaged after the checkpoint "
-                              f"was written and cannot be trusted: {fix}")
-    try:
         manifest = json.loads(text)
-    except (ValueError, RecursionError) as err:
+    except (OSError, ValueError, RecursionError) as err:
         raise CheckpointError(f"checkpoint manifest {manifest_file} is missing or corrupted ({err}): {fix}") from err
     got = manifest.get("format") if isinstance(manifest, dict) else manifest
     version = manifest.get("format_version") if isinstance(manifest, dict) else None
-    if got != FORMAT or version != FORMAT_VERSION:
+    legacy = version in LEGACY_VERSIONS and not seal_file.exists()
+    if not legacy:
+        try:
+            seal = seal_file.read_text().split()[0] if seal_file.is_file() else None
+        except (OSError, UnicodeDecodeError, IndexError):
+            seal = ""
+        if seal != hashlib.sha256(text).hexdigest():
+            what = "has no seal" if seal is None else "does not match its seal"
+            raise CheckpointError(f"checkpoint manifest {manifest_file} is missing or corrupted: it {what} ({SEAL}: "
+                                  "the SHA-256 of the manifest as written), so it was edited or damaged after the "
+                                  f"checkpoint was written and cannot be trusted: {fix}")
+    if got != FORMAT or version not in (FORMAT_VERSION, *LEGACY_VERSIONS):
         raise CheckpointError(f"{manifest_file} is format {got!r} version {version}, this code "
                               f"reads {FORMAT!r} version {FORMAT_VERSION}: {fix}")
     problem = _manifest_problem(manifest, step_dir)

@@ -226,9 +226,14 @@ def test_missing_corrupted_or_foreign_checkpoints_are_refused(tmp_path):
     _reseal(path, dict(manifest, format_version=99))
     with pytest.raises(CheckpointError, match=r"manifest\.json is format 'imaginejax-checkpoint' version 99"):
         load_checkpoint(path)
-    (path / "arrays" / "manifest.sha256").unlink()  # an older, unsealed format
+    (path / "arrays" / "manifest.sha256").unlink()  # format 2, written before seals: read, fully checked
     _reseal(path, dict(manifest, format_version=2), seal=False)
-    with pytest.raises(CheckpointError, match=r"format version 2 \(unsealed\), this code reads version 3"):
+    assert load_checkpoint(path)[1]["w"].tolist() == [1, 1, 1]
+    _reseal(path, dict(manifest, format_version=2, interval=2), seal=False)
+    with pytest.raises(CheckpointError, match=r"interval 2 is not the checkpoint's \(step-00000001\)"):
+        load_checkpoint(path)
+    _reseal(path, dict(manifest, format_version=3), seal=False)  # format 3 without its seal
+    with pytest.raises(CheckpointError, match="has no seal"):
         load_checkpoint(path)
     manifest_file.write_text("{not json")
     with pytest.raises(CheckpointError, match=rf"manifest {manifest_file} is missing or corrupted.*delete {path}"):
