@@ -1,8 +1,9 @@
 """The dataset layer: types, validation, on-disk format, flattening and the mixing sampler.
 
-Host side (NumPy): :class:`TrajectoryDataset` — :func:`validate_dataset`, :func:`save_dataset`,
-:func:`load_dataset`, :func:`read_manifest`. Device side (JAX pytrees): :func:`to_transitions` turns a
-dataset into :class:`Transitions`; :func:`sample_mixed` / :func:`sample_uniform` draw a :class:`Batch`.
+Host side (NumPy): :class:`TrajectoryDataset` — :func:`validate_dataset` (and, against an environment's
+:class:`EnvFacts`, :func:`validate_for_env`), :func:`save_dataset`, :func:`load_dataset`,
+:func:`read_manifest`. Device side (JAX pytrees): :func:`to_transitions` turns a dataset into
+:class:`Transitions`; :func:`sample_mixed` / :func:`sample_uniform` draw a :class:`Batch`.
 """
 
 from imaginejax.data.errors import DatasetError

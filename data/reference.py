@@ -86,6 +86,7 @@ from imaginejax.data.validate import EnvFacts, validate_dataset, validate_for_en
 
 __all__ = [
     "REFERENCE_FORMATS",
+    "check_hdf5_file",
     "export_reference",
     "import_reference",
     "load_npy",
