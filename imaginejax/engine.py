@@ -622,10 +622,20 @@ def _history_to_arrays(history: dict[str, Any], frozen_at: np.ndarray,
 
 def _history_from_arrays(arrays: dict[str, np.ndarray], meta: dict[str, Any],
                          done: int) -> tuple[dict[str, Any], np.ndarray, dict[str, np.ndarray]]:
-    """Inverse of :func:`_history_to_arrays` (``done`` intervals)."""
+    """Inverse of :func:`_history_to_arrays` (``done`` intervals).
+
+    Raises:
+      CheckpointError: the history holds fewer than ``done`` intervals or misses a named series.
+    """
+    names = {"metrics": meta["metrics"], "success": meta["levels"], "returns": meta["levels"]}
+    per_interval = ["history/steps", "history/seconds"] + [f"history/{g}/{k}" for g, keys in names.items() for k in keys]
+    once = ["history/frozen_at"] + [f"history/task_success/{lv}" for lv in meta["levels"]]
+    bad = [k for k in per_interval if k not in arrays or len(arrays[k]) < done] + [k for k in once if k not in arrays]
+    if bad:
+        raise CheckpointError(f"a checkpoint of interval {done} lacks history for it ({', '.join(bad[:3])}): it was "
+                              "altered; resume from the previous checkpoint or start a new checkpoint_dir")
     history: dict[str, Any] = {"steps": arrays["history/steps"].tolist(),
                                "seconds": arrays["history/seconds"].tolist()}
-    names = {"metrics": meta["metrics"], "success": meta["levels"], "returns": meta["levels"]}
     for group, keys in names.items():
         history[group] = [{k: arrays[f"history/{group}/{k}"][i] for k in keys} for i in range(done)]
     task_success = {lv: arrays[f"history/task_success/{lv}"] for lv in meta["levels"]}

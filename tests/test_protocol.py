@@ -158,3 +158,16 @@ def test_three_way_rows_average_the_last_evaluations_and_pair_each_level_with_it
     easy = next(line for line in text.splitlines() if line.startswith("| bc | easy |"))
     assert "30.0 [30.0, 30.0]" in easy and "60.0 [60.0, 60.0] ↑" in easy and "100.0" in easy
     assert "50.0 / 25.0 / 1.0" in easy
+
+
+def test_a_checkpoint_whose_history_is_shorter_than_its_interval_is_refused():
+    from imaginejax.checkpoint import CheckpointError
+    from imaginejax.engine import _history_from_arrays, _history_to_arrays
+
+    history = {"steps": [10], "seconds": [1.0], "metrics": [{"loss": np.zeros(2)}],
+               "success": [{"train": np.zeros(2)}], "returns": [{"train": np.zeros(2)}]}
+    arrays = _history_to_arrays(history, np.zeros(2, np.int64), {"train": np.zeros((2, 4))})
+    meta = {"metrics": ["loss"], "levels": ["train"]}
+    assert _history_from_arrays(arrays, meta, 1)[0]["steps"] == [10]
+    with pytest.raises(CheckpointError, match="interval 2 lacks history"):
+        _history_from_arrays(arrays, meta, 2)
