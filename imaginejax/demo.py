@@ -30,11 +30,10 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from imaginejax import envs
-from imaginejax.bench import SOURCES_FILE, report, train
+from imaginejax.bench import SOURCES_FILE, eval_episodes, evaluation_levels, report, train
 from imaginejax.config import load_config
 from imaginejax.data import LEVELS
-from imaginejax.evaluation import episodes_per_level, evaluate
+from imaginejax.evaluation import evaluate
 from imaginejax.paths import cache_root
 
 
@@ -87,16 +86,14 @@ def main(argv: list[str] | None = None) -> str:
     text = report(outcome.workspace, config, figures=False, log=_log)
     total = time.perf_counter() - start
 
-    eval_levels = {level: envs.make(config.data.env, level, embed=config.data.embed)
-                   for level in envs.ENV_LEVELS[config.data.env]}
+    eval_levels = evaluation_levels(config)
     env = eval_levels["train"][0]
     floor = random_policy_success(eval_levels, int(env.num_actions), config.train.eval_episodes, config.train.seeds)
     protocol = text.split("\n\nEvery configuration")[0]
     print(f"\n{', '.join(config.train.algos).upper()} success rate (%) on {config.data.env}, "
           f"{config.train.seeds} seeds, {config.train.updates} updates:\n")
     print(protocol)
-    episodes = {lv: episodes_per_level(config.train.eval_episodes, int(p.goals.shape[0]))
-                for lv, (_, p) in eval_levels.items()}
+    episodes = eval_episodes(config, eval_levels)
     print("\nRandom policy (the floor): " + ", ".join(
         f"{lv} {100 * floor[lv].mean():.1f} %" for lv in LEVELS if lv in floor)
           + f" ({', '.join(f'{lv} {n}' for lv, n in episodes.items())} episodes per evaluation).")
