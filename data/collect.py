@@ -29,6 +29,7 @@ from typing import Any, Callable, Literal
 import jax
 import jax.numpy as jnp
 import numpy as np
+from tqdm import tqdm
 
 from imaginejax.data.types import TrajectoryDataset
 
@@ -186,6 +187,8 @@ def collect(
     n_chunks = -(-num_trajectories // chunk)
     parts: list[dict[str, np.ndarray]] = []
     start = time.perf_counter()
+    bar = tqdm(total=num_trajectories, desc=f"collect {env.name}/{params.level} ({source})", unit="traj",
+               file=sys.stderr, disable=not progress)
     for c in range(n_chunks):
         lo, hi = c * chunk, min((c + 1) * chunk, num_trajectories)
         if task_indices is not None:
@@ -195,15 +198,11 @@ def collect(
         out = jax.device_get(rollout(jax.random.fold_in(key, c), params, jnp.asarray(task)))
         parts.append({k: np.asarray(v)[: hi - lo] for k, v in out.items()})
         if progress:
-            elapsed = time.perf_counter() - start
             steps = sum(int(p["mask"].sum()) for p in parts)
-            print(
-                f"\rcollect {env.name}/{params.level} ({source}): {hi}/{num_trajectories} trajectories, "
-                f"{steps} steps, {steps / max(elapsed, 1e-9):,.0f} valid steps/s",
-                end="" if c + 1 < n_chunks else "\n",
-                file=sys.stderr,
-                flush=True,
-            )
+            bar.set_postfix_str(f"{steps:,} steps, {steps / max(time.perf_counter() - start, 1e-9):,.0f} "
+                                "valid steps/s", refresh=False)
+            bar.update(hi - lo)
+    bar.close()
     arrays = {k: np.concatenate([p[k] for p in parts], axis=0) for k in parts[0]}
     elapsed = time.perf_counter() - start
     discrete = bool(env.discrete)

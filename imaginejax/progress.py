@@ -5,14 +5,14 @@
 :class:`~imaginejax.engine.IntervalEvent` (their ``on_interval=`` argument) and other lines as text (``log=``),
 and shows
 
-    <label> [#######-----] 7/10 intervals · 1,234 updates/s · 56,789 env steps/s · ETA 0:42
+    <label>: 70%|███████   | 28/40 [00:42<00:18, 0.67 run-interval/s, 1,234 updates/s, 56,789 env steps/s]
 
-where *updates/s* counts gradient updates of all runs of the interval and *env steps/s* the evaluation
-steps (``Σ_levels eval_episodes × max_steps`` per run; training is offline and steps no environment).
-Modes: ``bar`` redraws one line on a terminal (``\\r``); ``lines`` prints one line per interval (for
-logs: no carriage returns, no spam); ``off`` prints nothing; ``auto`` is ``bar`` when the stream is a
-terminal, else ``lines``. Other engine lines (resume, non-finite runs) are printed as they come. Every
-line the engine sends is also appended to ``log_file`` when one is given.
+where *updates/s* counts gradient updates of all runs of the last interval and *env steps/s* its
+evaluation steps (``Σ_levels eval_episodes × max_steps`` per run; training is offline and steps no
+environment). Modes: ``bar`` is a tqdm bar; ``lines`` prints one line per interval
+(for logs: no carriage returns); ``off`` prints nothing; ``auto`` is ``bar`` on a terminal, else ``lines``.
+Other engine lines (resume, non-finite runs) are printed as they come, and every line is also appended
+to ``log_file`` when one is given.
 
 :class:`MetricSinks` mirrors a run directory's ``metrics.jsonl`` (:mod:`imaginejax.runlog`) into
 TensorBoard event files (``tensorboardX``) and/or Weights & Biases (``wandb``, offline unless asked
@@ -27,6 +27,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Literal, Mapping, TextIO
+
+from tqdm import tqdm
 
 ProgressMode = Literal["auto", "bar", "lines", "off"]
 
@@ -76,7 +78,10 @@ class IntervalProgress:
         self.on_interval = on_interval
         self.start = time.perf_counter()
         self.worked = 0  # run-intervals trained by this process (for the ETA)
-        self.last_status = ""
+        self.bar = None
+        if mode == "bar":
+            self.bar = tqdm(total=self.total, desc=label, unit="run-interval", file=self.stream,
+                            dynamic_ncols=True, smoothing=0, mininterval=0)
 
     @property
     def done(self) -> int:
@@ -92,36 +97,40 @@ class IntervalProgress:
     def __call__(self, line: str) -> None:
         """Receives one free-form engine line: recorded and shown as it is."""
         self._record(line)
-        if self.mode == "off":
-            return
-        if self.mode == "bar" and self.last_status:
-            self.stream.write("\r\033[K" + line + "\n" + self.last_status)
-        else:
+        if self.bar is not None:
+            self.bar.write(line, file=self.stream)
+        elif self.mode == "lines":
             self.stream.write(line + "\n")
-        self.stream.flush()
+            self.stream.flush()
 
     def interval(self, event: Any) -> None:
         """Receives one :class:`~imaginejax.engine.IntervalEvent`."""
         self._record(event.message)
         runs = len(event.runs)
+        before = self.done
         self.chunks[event.chunk] = event.interval * runs
+        if self.bar is not None:
+            if event.resumed:  # restored intervals count as done but not towards the rate
+                self.bar.initial += self.done - before
+            self.bar.update(self.done - before)
         if event.resumed:
             return
         self.worked += runs
-        self.last_status = self.status(event.interval, runs, event.seconds, time.perf_counter() - self.start)
-        if self.mode == "bar":
-            self.stream.write("\r\033[K" + self.last_status)
-            self.stream.flush()
+        if self.bar is not None:
+            seconds = max(event.seconds, 1e-9)
+            self.bar.set_postfix_str(f"{runs * self.updates_per_interval / seconds:,.0f} updates/s, "
+                                     f"{runs * self.eval_steps_per_run / seconds:,.0f} env steps/s")
         elif self.mode == "lines":
-            self.stream.write(self.last_status + "\n")
+            self.stream.write(self.status(event.interval, runs, event.seconds, time.perf_counter() - self.start)
+                              + "\n")
             self.stream.flush()
         if self.on_interval is not None:
             self.on_interval()
 
     # -- display ------------------------------------------------------------------------------
     def status(self, interval: int, runs: int, seconds: float, elapsed: float) -> str:
-        """The one-line display after an interval of ``runs`` runs that took ``seconds`` of wall clock
-        (the first includes compilation), ``elapsed`` seconds in."""
+        """The log line (``lines`` mode) after an interval of ``runs`` runs that took ``seconds`` of wall
+        clock (the first includes compilation), ``elapsed`` seconds in."""
         seconds = max(seconds, 1e-9)
         updates = runs * self.updates_per_interval / seconds
         env_steps = runs * self.eval_steps_per_run / seconds
@@ -135,10 +144,9 @@ class IntervalProgress:
                 f"{env_steps:,.0f} env steps/s · elapsed {format_seconds(elapsed)} · ETA {format_seconds(eta)}")
 
     def close(self) -> None:
-        """Ends the bar's line (bar mode)."""
-        if self.mode == "bar" and self.last_status:
-            self.stream.write("\n")
-            self.stream.flush()
+        """Closes the bar (bar mode)."""
+        if self.bar is not None:
+            self.bar.close()
 
 
 def _isatty(stream: TextIO) -> bool:
