@@ -18,15 +18,9 @@ Choices:
   format, zero-copy readable); :func:`load_dataset` reads both, per the manifest.
 * **One file per field**, each with its own checksum, so corruption (a flipped bit, a truncated
   download) is reported with the field named, before the file is parsed.
-* **Atomic writes.** :func:`save_dataset` validates first, writes everything into a hidden temporary
-  sibling directory (``.<name>.tmp-<random>``), fsyncs it, and only then moves it onto the target: with a
-  single ``renameat2(RENAME_NOREPLACE)`` for a new target, or ``renameat2(RENAME_EXCHANGE)`` followed by
-  deleting the old copy when overwriting (readers see either the old or the new dataset, never a mix).
-  Where ``renameat2`` is unavailable (not Linux, or a file system without it) the old dataset is renamed
-  aside, the new one renamed in, and the old one deleted — restored if the second rename fails. Any
-  exception removes the temporary directory and leaves an existing dataset untouched. Only a hard crash
-  (power loss, SIGKILL) can leave a ``.<name>.tmp-*`` / ``.<name>.old-*`` sibling behind; it is never read
-  and can be deleted.
+* **Atomic writes.** :func:`save_dataset` validates first, then writes everything into a hidden sibling
+  directory and moves it onto the target in one rename (:func:`imaginejax.files.staged_dir`): readers see
+  the old dataset or the new one, never a mix; any exception leaves an existing dataset untouched.
 * :func:`load_dataset` checks the manifest and schema version, every file's checksum, shape and dtype,
   then runs :func:`~imaginejax.data.validate.validate_dataset` — or, given the environment (``env=``),
   :func:`~imaginejax.data.validate.validate_for_env`.
@@ -36,16 +30,11 @@ Choices:
 
 from __future__ import annotations
 
-import ctypes
 import datetime
-import errno
 import hashlib
 import importlib.metadata
 import json
 import os
-import shutil
-import sys
-import uuid
 from pathlib import Path
 from typing import Any, Literal
 
@@ -54,6 +43,7 @@ import numpy as np
 from imaginejax.data.errors import DatasetError
 from imaginejax.data.types import TrajectoryDataset
 from imaginejax.data.validate import ARRAY_FIELDS, DatasetDims, EnvFacts, validate_dataset, validate_for_env
+from imaginejax.files import staged_dir
 
 __all__ = [
     "ARRAY_FORMATS",
@@ -74,11 +64,6 @@ ARRAY_FORMATS: tuple[str, ...] = ("npz", "safetensors")
 _ALLOWED_DTYPES = ("float32", "int32", "bool")
 _CHUNK = 1 << 20
 
-# renameat2(2) flags (linux/fs.h) and the "relative to the working directory" descriptor.
-_RENAME_NOREPLACE = 1
-_RENAME_EXCHANGE = 2
-_AT_FDCWD = -100
-
 
 # ----------------------------------------------------------------------------------------------- writing
 
@@ -96,17 +81,6 @@ def _sha256(file: Path) -> str:
         while chunk := f.read(_CHUNK):
             digest.update(chunk)
     return digest.hexdigest()
-
-
-def _fsync_dir(directory: Path) -> None:
-    """Makes renames / creations inside ``directory`` durable (POSIX only; a no-op elsewhere)."""
-    if os.name != "posix":
-        return
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _write_array(directory: Path, name: str, value: np.ndarray, array_format: ArrayFormat) -> dict[str, Any]:
@@ -146,25 +120,6 @@ def _manifest(ds: TrajectoryDataset, dims: DatasetDims, arrays: dict[str, dict[s
     }
 
 
-def _renameat2(src: Path, dst: Path, flags: int) -> bool:
-    """Linux ``renameat2``; True on success, False when unsupported here, OSError on other failures."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        renameat2 = libc.renameat2
-    except (OSError, AttributeError):
-        return False
-    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-    renameat2.restype = ctypes.c_int
-    if renameat2(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), flags) == 0:
-        return True
-    code = ctypes.get_errno()
-    if code in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.ENOTSUP):
-        return False
-    raise OSError(code, os.strerror(code), str(src), None, str(dst))
-
-
 def _check_target(target: Path, overwrite: bool) -> None:
     """Refuses to write over anything but a dataset directory (or an empty one) with overwrite=True."""
     if not os.path.lexists(target):
@@ -176,31 +131,6 @@ def _check_target(target: Path, overwrite: bool) -> None:
     if not (target / MANIFEST_NAME).is_file() and any(target.iterdir()):
         raise FileExistsError(f"{target} is a non-empty directory without {MANIFEST_NAME}, not an ImagineJAX "
                               "dataset; refusing to replace it (choose another path or delete it yourself)")
-
-
-def _commit(staged: Path, target: Path, overwrite: bool) -> None:
-    """Moves the fully written ``staged`` directory onto ``target`` (see the module docstring)."""
-    appeared = FileExistsError(f"{target} appeared while the dataset was being written; pass overwrite=True "
-                               "to replace it")
-    if not os.path.lexists(target):
-        if not _renameat2(staged, target, _RENAME_NOREPLACE):
-            if os.path.lexists(target):
-                raise appeared
-            os.rename(staged, target)
-    elif not overwrite:
-        raise appeared
-    elif _renameat2(staged, target, _RENAME_EXCHANGE):
-        shutil.rmtree(staged, ignore_errors=True)  # ``staged`` now holds the previous dataset
-    else:
-        old = target.parent / f".{target.name}.old-{uuid.uuid4().hex}"
-        os.rename(target, old)
-        try:
-            os.rename(staged, target)
-        except BaseException:
-            os.rename(old, target)
-            raise
-        shutil.rmtree(old, ignore_errors=True)
-    _fsync_dir(target.parent)
 
 
 def save_dataset(ds: TrajectoryDataset, path: str | os.PathLike[str], *, overwrite: bool = False,
@@ -227,21 +157,13 @@ def save_dataset(ds: TrajectoryDataset, path: str | os.PathLike[str], *, overwri
     dims = validate_dataset(ds)
     target = Path(path).expanduser().resolve()
     _check_target(target, overwrite)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staged = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex}"
-    staged.mkdir()
-    try:
+    with staged_dir(target, overwrite) as staged:
         arrays = {name: _write_array(staged, name, getattr(ds, name), array_format) for name in ARRAY_FIELDS}
         text = json.dumps(_manifest(ds, dims, arrays, array_format), indent=2, allow_nan=False)
         with open(staged / MANIFEST_NAME, "x", encoding="utf-8") as f:
             f.write(text + "\n")
             f.flush()
             os.fsync(f.fileno())
-        _fsync_dir(staged)
-        _commit(staged, target, overwrite)
-    except BaseException:
-        shutil.rmtree(staged, ignore_errors=True)
-        raise
     return target
 
 

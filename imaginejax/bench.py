@@ -61,6 +61,7 @@ from imaginejax.data.errors import DatasetError
 from imaginejax.data.collect import Policy, collect
 from imaginejax.data.types import Transitions
 from imaginejax.engine import EngineConfig, make_train
+from imaginejax.files import write_json, write_text
 from imaginejax.paths import cache_root
 from imaginejax.progress import IntervalProgress, MetricSinks
 from imaginejax.sweep import Sweep, SweepResult, run_sweep
@@ -470,7 +471,7 @@ def write_task_success(run_dir: str | Path, result: SweepResult, eval_levels: di
         names = [strings[int(m)] for m in first]
         levels[level] = {"tasks": names,
                          "success": np.round(np.asarray(result.result.task_success[level], np.float64), 6).tolist()}
-    _write_json(Path(run_dir) / TASK_SUCCESS_FILE, {"runs": [spec.run for spec in result.sweep.table],
+    write_json(Path(run_dir) / TASK_SUCCESS_FILE, {"runs": [spec.run for spec in result.sweep.table],
                                                     "levels": levels})
 
 
@@ -512,7 +513,7 @@ def open_workspace(out: str | Path, config: Config) -> Path:
                               "same preset and --set values to resume it, or choose a new --out")
     else:
         out.mkdir(parents=True, exist_ok=True)
-        _write_json(record_path, {"key": key, "config": config.to_json(), "data": {}})
+        write_json(record_path, {"key": key, "config": config.to_json(), "data": {}})
     return out
 
 
@@ -532,13 +533,7 @@ def check_data(out: Path, real: Sequence[TrajectoryDataset], imag: Sequence[Traj
                               "to resume it, or choose a new --out")
         return
     record["data"] = now
-    _write_json(record_path, record)
-
-
-def _write_json(path: Path, value: Any) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(value, indent=1) + "\n")
-    tmp.replace(path)
+    write_json(record_path, record)
 
 
 SOURCES_FILE = "sources.json"
@@ -610,7 +605,7 @@ def train(config: Config, out: str | Path, *, real_paths: Sequence[str | Path] =
     real_t = concat_transitions([to_transitions(ds, validate=False) for ds in real])
     imag_t = {name: concat_transitions([to_transitions(ds, validate=False) for ds in datasets])
               for name, datasets in sources.items()}
-    _write_json(out / SOURCES_FILE, {name: source_summary(datasets) for name, datasets in sources.items()})
+    write_json(out / SOURCES_FILE, {name: source_summary(datasets) for name, datasets in sources.items()})
     names = algorithm_names(config, spec)
     results, seconds = {}, {}
     for name in names:
@@ -648,10 +643,7 @@ def report(path: str | Path, config: Config, *, figures: bool | None = None, log
         if rows:
             text = (fig.protocol_table(rows, r.statistic, source_quality(path), r.reps)
                     + "\n\nEvery configuration on every level (last evaluation):\n\n" + text)
-    target = Path(path) / "results.md"
-    tmp = target.with_suffix(".md.tmp")
-    tmp.write_text(text + "\n")
-    tmp.replace(target)
+    write_text(Path(path) / "results.md", text + "\n")
     if r.figures if figures is None else figures:
         written = fig.write_figures(groups, levels, Path(path) / "figures", statistic=r.statistic, reps=r.reps,
                                     seed=r.seed, last=r.last)

@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
+from imaginejax.files import write_text
 from imaginejax.config import ConfigError, available_presets, describe, load_config
 
 
@@ -206,9 +207,7 @@ def _report(args: argparse.Namespace) -> int:
     text = bench.report(args.run_dir, config, log=_log)
     print(text)
     if args.out is not None:
-        tmp = args.out.with_suffix(args.out.suffix + ".tmp")
-        tmp.write_text(text + "\n")
-        tmp.replace(args.out)
+        write_text(args.out, text + "\n")
     return 0
 
 

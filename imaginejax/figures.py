@@ -34,6 +34,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from imaginejax.files import atomic_path, write_text
 from imaginejax.runlog import MetricsLog
 from imaginejax.stats import iqm, mean, results_table, stratified_bootstrap_ci
 
@@ -336,18 +337,15 @@ def _save_protocol_figure(rows: Sequence[Mapping[str, Any]], levels: Sequence[st
 
 
 def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "w", newline="") as f:
+    with atomic_path(path) as tmp, open(tmp, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    tmp.replace(path)
 
 
 def _save(fig: Any, path: Path) -> None:
-    tmp = path.with_name(f".{path.stem}.tmp.png")
-    fig.savefig(tmp, dpi=120, bbox_inches="tight")
-    tmp.replace(path)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=120, bbox_inches="tight")
 
 
 def write_figures(groups: Sequence[GroupCurves], levels: Sequence[str], out_dir: str | os.PathLike[str], *,
@@ -439,8 +437,6 @@ def write_figures(groups: Sequence[GroupCurves], levels: Sequence[str], out_dir:
         written["protocol"] = out / "protocol.png"
 
     text = table(groups, levels, statistic, reps, seed)
-    tmp = out / ".results.md.tmp"
-    tmp.write_text(text + "\n")
-    tmp.replace(out / "results.md")
+    write_text(out / "results.md", text + "\n")
     written["results"] = out / "results.md"
     return written

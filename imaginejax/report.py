@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from imaginejax.files import write_text
 from imaginejax.stats import group_runs, iqm, mean, results_table
 
 
@@ -64,7 +65,5 @@ def main(argv: list[str] | None = None) -> str:
     text = report(args.run_dir, args.statistic, args.reps, args.seed)
     print(text)
     if args.out is not None:
-        tmp = args.out.with_suffix(args.out.suffix + ".tmp")
-        tmp.write_text(text + "\n")
-        tmp.replace(args.out)
+        write_text(args.out, text + "\n")
     return text

@@ -20,6 +20,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from imaginejax.files import atomic_path, write_text
+
 
 class MetricsLog:
     """Appends interval records to ``<run_dir>/metrics.jsonl`` and mirrors them in ``metrics.csv``."""
@@ -71,21 +73,17 @@ class MetricsLog:
         self._write_csv(self.records())
 
     def _rewrite(self, records: list[dict[str, Any]]) -> None:
-        tmp = self.jsonl.with_suffix(".jsonl.tmp")
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in records))
-        tmp.replace(self.jsonl)
+        write_text(self.jsonl, "".join(json.dumps(r) + "\n" for r in records))
         self._write_csv(records)
 
     def _write_csv(self, records: list[dict[str, Any]]) -> None:
         columns: list[str] = []
         for r in records:
             columns += [k for k in r if k not in columns]
-        tmp = self.csv.with_suffix(".csv.tmp")
-        with open(tmp, "w", newline="") as f:
+        with atomic_path(self.csv) as tmp, open(tmp, "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=columns)
             writer.writeheader()
             writer.writerows(records)
-        tmp.replace(self.csv)
 
 
 def _number(value: Any) -> float | int | None:

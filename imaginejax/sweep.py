@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
 import os
 import sys
 from pathlib import Path
@@ -35,6 +34,7 @@ from typing import Any, Callable, Mapping, Sequence
 import jax
 import numpy as np
 
+from imaginejax.files import write_json
 from imaginejax.data.types import Transitions
 from imaginejax.engine import MemoryEstimate, TrainResult, Trainer, default_mesh
 
@@ -314,9 +314,7 @@ def run_sweep(trainer: Trainer, sweep: Sweep, base_hp: PyTree, real: Transitions
         record = {"runs": sweep.to_json(), "runs_per_chunk": chunk, "devices": num_devices,
                   "estimate": dataclasses.asdict(estimate), "budget": budget,
                   "engine": dataclasses.asdict(trainer.config), "algo": trainer.algo.name}
-        tmp = Path(run_dir) / "sweep.json.tmp"
-        tmp.write_text(json.dumps(record, indent=1))
-        tmp.replace(Path(run_dir) / "sweep.json")
+        write_json(Path(run_dir) / "sweep.json", record)
     result = trainer.train(arrays.keys, arrays.hp, real, imag, arrays.ratios, log=log, mesh=resolved,
                            runs_per_chunk=chunk, run_dir=run_dir, source=arrays.sources, **train_kwargs)
     return SweepResult(sweep=sweep, result=result, runs_per_chunk=chunk, estimate=estimate)

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import imaginejax.data.io as data_io
+from imaginejax import files
 from imaginejax.data import (
     SCHEMA_VERSION,
     DatasetError,
@@ -126,7 +127,7 @@ def test_overwrite_replaces_dataset(tmp_path: Path) -> None:
 
 def test_overwrite_without_renameat2_uses_the_fallback(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = save_dataset(make_dataset(), tmp_path / "ds")
-    monkeypatch.setattr(data_io, "_renameat2", lambda src, dst, flags: False)
+    monkeypatch.setattr(files, "_renameat2", lambda src, dst, flags: False)
     new = make_dataset(seed=4)
     save_dataset(new, path, overwrite=True)
     assert_bit_exact(new, load_dataset(path))
@@ -191,7 +192,7 @@ def test_failed_swap_restores_existing_dataset(tmp_path: Path, monkeypatch: pyte
     original = make_dataset()
     path = save_dataset(original, tmp_path / "ds")
     before = directory_snapshot(tmp_path)
-    monkeypatch.setattr(data_io, "_renameat2", lambda src, dst, flags: False)
+    monkeypatch.setattr(files, "_renameat2", lambda src, dst, flags: False)
     real_rename = os.rename
     calls = []
 
@@ -215,7 +216,7 @@ def test_target_appearing_during_the_write_is_not_replaced(
     target = tmp_path / "ds"
     real_write = data_io._write_array
     if not renameat2:
-        monkeypatch.setattr(data_io, "_renameat2", lambda src, dst, flags: False)
+        monkeypatch.setattr(files, "_renameat2", lambda src, dst, flags: False)
 
     def racing_write(directory, name, value, array_format):
         if name == "mask":  # another writer creates the target meanwhile

@@ -92,6 +92,7 @@ from imaginejax.data.sampling import sample_mixed
 from imaginejax.data.transitions import placeholder_like
 from imaginejax.data.types import Transitions
 from imaginejax.engine import broadcast_runs
+from imaginejax.files import write_text
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from matmul_peak import FlopCount, chained_product_rate, matmul_flops, matmul_peak, xla_flops  # noqa: E402
@@ -536,12 +537,6 @@ def render(rows: list[dict[str, Any]], skipped: list[str], meta: dict[str, Any])
     return "\n".join(lines)
 
 
-def write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
-
-
 def cpu_name() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -634,9 +629,9 @@ def main() -> None:
     report = render(rows, skipped, meta)
     print("\n" + report)
     args.out.mkdir(parents=True, exist_ok=True)
-    write_atomic(args.out / "algo_updates.md", report + "\n")
-    write_atomic(args.out / "algo_updates.json",
-                 json.dumps({"meta": meta, "rows": rows, "skipped": skipped}, indent=2, default=float))
+    write_text(args.out / "algo_updates.md", report + "\n")
+    write_text(args.out / "algo_updates.json",
+               json.dumps({"meta": meta, "rows": rows, "skipped": skipped}, indent=2, default=float))
 
 
 if __name__ == "__main__":

@@ -55,7 +55,6 @@ import hashlib
 import json
 import os
 import sys
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -78,6 +77,7 @@ from imaginejax.checkpoint import (
     unflatten_named,
 )
 from imaginejax.data.types import TrajectoryDataset
+from imaginejax.files import write_text
 from imaginejax.imaginer import lora as lora_lib
 from imaginejax.imaginer.kalm import (
     TASKS,
@@ -489,20 +489,6 @@ class FinetuneResult:
 # Files
 
 
-def _atomic_write_text(path: Path, text: str) -> None:
-    """Writes ``text`` to ``path`` through a temporary sibling and a rename."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _latest_step(run_dir: Path) -> int | None:
     """The step of the newest checkpoint of a run directory (None: no checkpoint)."""
     directory = run_dir / CHECKPOINT_DIR
@@ -680,8 +666,8 @@ def finetune(preset: Preset | str, datasets: TrajectoryDataset | Sequence[Trajec
             logged = json.loads((run_dir / HISTORY_FILE).read_text(encoding="utf-8"))
             history = [row for row in logged if row["step"] <= latest]
     else:
-        _atomic_write_text(run_dir / RUN_FILE, json.dumps(record, indent=2) + "\n")
-        _atomic_write_text(run_dir / TOKENIZER_FILE, base.tokenizer.to_str())
+        write_text(run_dir / RUN_FILE, json.dumps(record, indent=2) + "\n")
+        write_text(run_dir / TOKENIZER_FILE, base.tokenizer.to_str())
 
     # Fresh and restored states must reach the step with the same (committed) placement, or
     # the step compiles once more after a resume.
@@ -713,7 +699,7 @@ def finetune(preset: Preset | str, datasets: TrajectoryDataset | Sequence[Trajec
             window, window_start = [], time.perf_counter()
         if step % preset.checkpoint_every == 0 or step == end:
             checkpoint_hash = _save_checkpoint(run_dir, state, frozen_hash, preset.max_to_keep)
-            _atomic_write_text(run_dir / HISTORY_FILE, json.dumps(history, indent=1) + "\n")
+            write_text(run_dir / HISTORY_FILE, json.dumps(history, indent=1) + "\n")
     if checkpoint_hash is None:  # nothing to do: already at the end
         checkpoint_hash = _checkpoint_hash(state.trainable, frozen_hash)
     imaginer = Imaginer(config, effective_params(state.trainable, frozen, scale), normalizer,

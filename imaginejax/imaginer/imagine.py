@@ -66,6 +66,7 @@ from typing import Any, Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from tqdm import tqdm
 
 from imaginejax.data.types import TrajectoryDataset
 from imaginejax.data.validate import validate_dataset
@@ -403,6 +404,8 @@ def imagine(imaginer: Imaginer, env: Any, env_params: Any, key: jax.Array, num_r
     parts: list[GeneratedRollouts] = []
     ids_parts, goal_parts = [], []
     start = time.perf_counter()
+    bar = tqdm(total=num_rollouts, desc=f"imagine {env.name}/{level}", unit="rollout", file=sys.stderr,
+               disable=not progress)
     for c in range(-(-num_rollouts // chunk)):
         lo, hi = c * chunk, min((c + 1) * chunk, num_rollouts)
         key_chunk = jax.random.fold_in(key, c)
@@ -423,10 +426,10 @@ def imagine(imaginer: Imaginer, env: Any, env_params: Any, key: jax.Array, num_r
         goal_parts.append(np.asarray(goals)[: hi - lo])
         if progress:
             steps = sum(int(p.mask.sum()) for p in parts)
-            elapsed = max(time.perf_counter() - start, 1e-9)
-            print(f"\rimagine {env.name}/{level}: {hi}/{num_rollouts} rollouts, {steps} steps, "
-                  f"{steps / elapsed:,.0f} steps/s", end="" if hi < num_rollouts else "\n",
-                  file=sys.stderr, flush=True)
+            bar.set_postfix_str(f"{steps:,} steps, {steps / max(time.perf_counter() - start, 1e-9):,.0f} "
+                                "steps/s", refresh=False)
+            bar.update(hi - lo)
+    bar.close()
     merged = GeneratedRollouts(*(np.concatenate(field) for field in zip(*parts)))
     seconds = time.perf_counter() - start
     provenance = {
@@ -470,7 +473,7 @@ def write_imaginary_datasets(imaginer: Imaginer, env_name: str, out_root: str | 
     ``out_root``) are kept unless regenerated. -> level -> dataset directory."""
     from imaginejax.data.io import save_dataset
     from imaginejax.envs import make
-    from imaginejax.imaginer.finetune import _atomic_write_text
+    from imaginejax.files import write_text
 
     written: dict[str, Path] = {}
     summaries: dict[str, Any] = {}
@@ -499,9 +502,9 @@ def write_imaginary_datasets(imaginer: Imaginer, env_name: str, out_root: str | 
                                            "checkpoint_hash": imaginer.checkpoint_hash}
                                    for level in summaries})
         summaries = report["levels"]
-        _atomic_write_text(root / f"{env_name}-imaginary-quality.json",
-                           json.dumps(report, indent=2) + "\n")
-        _atomic_write_text(root / f"{env_name}-imaginary-quality.md",
-                           f"# Imaginary rollouts of {env_name}: quality\n\n"
-                           + summary_markdown(summaries))
+        write_text(root / f"{env_name}-imaginary-quality.json",
+                   json.dumps(report, indent=2) + "\n")
+        write_text(root / f"{env_name}-imaginary-quality.md",
+                   f"# Imaginary rollouts of {env_name}: quality\n\n"
+                   + summary_markdown(summaries))
     return written

