@@ -64,7 +64,9 @@ from imaginejax.engine import EngineConfig, make_train
 from imaginejax.files import write_json, write_text
 from imaginejax.paths import cache_root
 from imaginejax.progress import IntervalProgress, MetricSinks
-from imaginejax.sweep import Sweep, SweepResult, run_sweep
+from imaginejax.report import table
+from imaginejax.results import SOURCES_FILE, Results, from_sweep, save_task_success, task_names
+from imaginejax.sweep import Sweep, run_sweep
 
 Log = Callable[[str], None]
 
@@ -392,7 +394,7 @@ def eval_steps_per_run(config: Config, eval_levels: dict[str, tuple[Any, Any]]) 
 
 def train_algorithm(config: Config, name: str, spec: Spec, eval_levels: dict[str, tuple[Any, Any]],
                     real: Transitions, imag: Mapping[str, Transitions], run_dir: str | Path,
-                    log: Log = log_stderr) -> SweepResult:
+                    log: Log = log_stderr) -> Results:
     """One algorithm's sweep (seeds × hyperparameters × data conditions × ratios), resumed from
     ``run_dir`` when possible.
 
@@ -404,8 +406,11 @@ def train_algorithm(config: Config, name: str, spec: Spec, eval_levels: dict[str
       real: the real transitions.
       imag: source name -> transitions mixed into the real data (:func:`mixed_sources`); runs on real data
         only are part of the sweep when ``train.conditions`` holds 'real'.
-      run_dir: the sweep's directory (metrics, ``train.log``, ``checkpoints/``).
+      run_dir: the sweep's directory (metrics, ``task_success.json``, ``train.log``, ``checkpoints/``).
       log: message sink.
+
+    Returns:
+      The sweep's :class:`~imaginejax.results.Results`.
     """
     t = config.train
     settings = t.algo.get(name)
@@ -455,24 +460,9 @@ def train_algorithm(config: Config, name: str, spec: Spec, eval_levels: dict[str
     finally:
         progress.close()
         sinks.close()
-    write_task_success(run_dir, result, eval_levels)
-    return result
-
-
-TASK_SUCCESS_FILE = "task_success.json"
-
-
-def write_task_success(run_dir: str | Path, result: SweepResult, eval_levels: dict[str, tuple[Any, Any]]) -> None:
-    """``run_dir/task_success.json``: per level, each task's first instruction and every run's success
-    rate on it at the last evaluation (``runs`` × ``tasks``; rows in sweep order)."""
-    levels = {}
-    for level, (env, params) in eval_levels.items():
-        strings, first = env.instructions(level), np.asarray(params.phrasing_ids)[:, 0]
-        names = [strings[int(m)] for m in first]
-        levels[level] = {"tasks": names,
-                         "success": np.round(np.asarray(result.result.task_success[level], np.float64), 6).tolist()}
-    write_json(Path(run_dir) / TASK_SUCCESS_FILE, {"runs": [spec.run for spec in result.sweep.table],
-                                                    "levels": levels})
+    results = from_sweep(name, result, task_names(eval_levels))
+    save_task_success(run_dir, results)
+    return results
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -536,9 +526,6 @@ def check_data(out: Path, real: Sequence[TrajectoryDataset], imag: Sequence[Traj
     write_json(record_path, record)
 
 
-SOURCES_FILE = "sources.json"
-
-
 def source_summary(datasets: Sequence[TrajectoryDataset]) -> dict[str, Any]:
     """What a data source holds: trajectories, transitions, the quality summary of imaginary data (the
     first dataset's, None for expert data) and the filters applied to it."""
@@ -549,22 +536,12 @@ def source_summary(datasets: Sequence[TrajectoryDataset]) -> dict[str, Any]:
             "filters": provenance.get("filters", [])}
 
 
-def source_quality(path: str | Path) -> dict[str, dict[str, Any]]:
-    """level -> quality summary of the workspace's imaginary data (``sources.json``), when recorded."""
-    record_path = Path(path) / SOURCES_FILE
-    if not record_path.is_file():
-        return {}
-    record = json.loads(record_path.read_text())
-    return {name.split("/", 1)[1]: value["quality"] for name, value in record.items()
-            if name.startswith("imaginary/") and value.get("quality")}
-
-
 @dataclasses.dataclass
 class TrainOutcome:
-    """What :func:`train` did: per algorithm its sweep result, and the workspace."""
+    """What :func:`train` did: every algorithm's runs, the workspace, seconds per algorithm."""
 
     workspace: Path
-    results: dict[str, SweepResult]
+    results: Results
     seconds: dict[str, float]
 
 
@@ -605,49 +582,37 @@ def train(config: Config, out: str | Path, *, real_paths: Sequence[str | Path] =
     real_t = concat_transitions([to_transitions(ds, validate=False) for ds in real])
     imag_t = {name: concat_transitions([to_transitions(ds, validate=False) for ds in datasets])
               for name, datasets in sources.items()}
-    write_json(out / SOURCES_FILE, {name: source_summary(datasets) for name, datasets in sources.items()})
-    names = algorithm_names(config, spec)
-    results, seconds = {}, {}
-    for name in names:
+    summaries = {name: source_summary(datasets) for name, datasets in sources.items()}
+    write_json(out / SOURCES_FILE, summaries)
+    results, seconds = Results(runs=(), levels=(), sources=json.loads(json.dumps(summaries))), {}
+    for name in algorithm_names(config, spec):
         start = time.perf_counter()
-        results[name] = train_algorithm(config, name, spec, eval_levels, real_t, imag_t, out / "runs" / name, log)
+        results = results.merge(train_algorithm(config, name, spec, eval_levels, real_t, imag_t, out / "runs" / name, log))
         seconds[name] = time.perf_counter() - start
         log(f"{name}: done in {seconds[name]:.0f}s")
     return TrainOutcome(workspace=out, results=results, seconds=seconds)
 
 
-def report(path: str | Path, config: Config, *, figures: bool | None = None, log: Log = log_stderr) -> str:
-    """The results table of every sweep under ``path`` (and the figures), written to ``path/results.md``.
-
-    A single sweep directory gets :func:`imaginejax.report.report`'s table (rows per configuration); a
-    workspace gets one row per algorithm and configuration (:func:`imaginejax.figures.table`).
+def report(results: Results, out: str | Path, config: Config, *, figures: bool | None = None,
+           log: Log = log_stderr) -> str:
+    """The results tables (:func:`imaginejax.report.table`) written to ``out/results.md``, and the figures
+    to ``out/figures/`` (``report.figures``, or ``figures`` when given); returns the tables.
 
     Args:
-      path: a workspace or a sweep directory.
+      results: in memory from :func:`train`, or :func:`imaginejax.results.load_sweep` of a directory.
+      out: the workspace or sweep directory.
       config: its ``report`` section is used.
       figures: override ``report.figures``.
     """
-    from imaginejax import figures as fig
-
     r = config.report
-    groups, levels = fig.load_curves(fig.find_sweeps(path))
-    if not groups:
-        raise ValueError(f"every run under {path} is non-finite: nothing to report")
-    if (Path(path) / "sweep.json").is_file():  # one sweep: the table of imaginejax.report, as before
-        from imaginejax.report import report as sweep_report
-
-        text = sweep_report(Path(path), r.statistic, r.reps, r.seed)
-    else:
-        text = fig.table(groups, levels, r.statistic, r.reps, r.seed)
-        rows = fig.protocol_rows(groups, levels, r.statistic, r.reps, r.seed, r.last)
-        if rows:
-            text = (fig.protocol_table(rows, r.statistic, source_quality(path), r.reps)
-                    + "\n\nEvery configuration on every level (last evaluation):\n\n" + text)
-    write_text(Path(path) / "results.md", text + "\n")
+    text = table(results, r.statistic, r.reps, r.seed, r.last)
+    write_text(Path(out) / "results.md", text + "\n")
     if r.figures if figures is None else figures:
-        written = fig.write_figures(groups, levels, Path(path) / "figures", statistic=r.statistic, reps=r.reps,
-                                    seed=r.seed, last=r.last)
-        log(f"figures: {', '.join(sorted(p.name for p in written.values()))} in {Path(path) / 'figures'}")
+        from imaginejax.figures import write_figures
+
+        written = write_figures(results, Path(out) / "figures", statistic=r.statistic, reps=r.reps, seed=r.seed,
+                                last=r.last)
+        log(f"figures: {', '.join(sorted(p.name for p in written.values()))} in {Path(out) / 'figures'}")
     return text
 
 
@@ -655,7 +620,7 @@ def bench(config: Config, out: str | Path, log: Log = log_stderr) -> str:
     """The whole protocol (see the module docstring); returns the results table."""
     start = time.perf_counter()
     outcome = train(config, out, log=log)
-    text = report(outcome.workspace, config, log=log)
+    text = report(outcome.results, outcome.workspace, config, log=log)
     total = time.perf_counter() - start
     timing = ", ".join(f"{k} {v:.0f}s" for k, v in outcome.seconds.items())
     log(f"bench: {total:.0f}s in total (training: {timing})")

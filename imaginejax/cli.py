@@ -179,7 +179,7 @@ def _train(args: argparse.Namespace) -> int:
     config = _config(args, extra)
     out = args.out or _default_out("train", config.name)
     outcome = bench.train(config, out, real_paths=args.real, imaginary_paths=args.imaginary, log=_log)
-    print(bench.report(outcome.workspace, config, figures=False, log=_log))
+    print(bench.report(outcome.results, outcome.workspace, config, figures=False, log=_log))
     print(f"\nworkspace: {outcome.workspace} (imaginejax report {outcome.workspace} for figures)")
     return 0
 
@@ -199,12 +199,13 @@ def _bench(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     from imaginejax import bench
     from imaginejax.config import Config, ReportConfig
+    from imaginejax.results import load_sweep
 
     if args.reps < 1:
         raise ConfigError(f"--reps must be >= 1, got {args.reps}")
     config = Config(report=ReportConfig(statistic=args.statistic, reps=args.reps, seed=args.seed,
                                         figures=not args.no_figures))
-    text = bench.report(args.run_dir, config, log=_log)
+    text = bench.report(load_sweep(args.run_dir), args.run_dir, config, log=_log)
     print(text)
     if args.out is not None:
         write_text(args.out, text + "\n")

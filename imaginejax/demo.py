@@ -22,7 +22,6 @@ run reuses the data and the finished sweep.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -30,11 +29,13 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from imaginejax.bench import SOURCES_FILE, eval_episodes, evaluation_levels, report, train
+from imaginejax.bench import eval_episodes, evaluation_levels, report, train
 from imaginejax.config import load_config
 from imaginejax.data import LEVELS
 from imaginejax.evaluation import evaluate
 from imaginejax.paths import cache_root
+from imaginejax.report import table
+from imaginejax.results import Results
 
 
 def _log(msg: str) -> None:
@@ -51,13 +52,10 @@ def random_policy_success(eval_levels: dict, num_actions: int, episodes: int, se
     return out
 
 
-def quality_lines(workspace: Path) -> list[str]:
+def quality_lines(results: Results) -> list[str]:
     """One line per imagined level: the quality summary recorded with the imaginary data."""
-    path = workspace / SOURCES_FILE
-    if not path.is_file():
-        return []
     lines = []
-    for name, source in json.loads(path.read_text()).items():
+    for name, source in results.sources.items():
         q = source.get("quality")
         if not name.startswith("imaginary/") or not q:
             continue
@@ -83,13 +81,14 @@ def main(argv: list[str] | None = None) -> str:
          f"workspace: {out}")
     start = time.perf_counter()
     outcome = train(config, out, log=_log)
-    text = report(outcome.workspace, config, figures=False, log=_log)
+    report(outcome.results, outcome.workspace, config, figures=False, log=_log)
     total = time.perf_counter() - start
 
     eval_levels = evaluation_levels(config)
     env = eval_levels["train"][0]
     floor = random_policy_success(eval_levels, int(env.num_actions), config.train.eval_episodes, config.train.seeds)
-    protocol = text.split("\n\nEvery configuration")[0]
+    r = config.report
+    protocol = table(outcome.results, r.statistic, r.reps, r.seed, r.last, plain=False)
     print(f"\n{', '.join(config.train.algos).upper()} success rate (%) on {config.data.env}, "
           f"{config.train.seeds} seeds, {config.train.updates} updates:\n")
     print(protocol)
@@ -97,7 +96,7 @@ def main(argv: list[str] | None = None) -> str:
     print("\nRandom policy (the floor): " + ", ".join(
         f"{lv} {100 * floor[lv].mean():.1f} %" for lv in LEVELS if lv in floor)
           + f" ({', '.join(f'{lv} {n}' for lv, n in episodes.items())} episodes per evaluation).")
-    lines = quality_lines(outcome.workspace)
+    lines = quality_lines(outcome.results)
     if lines:
         print("Imaginary data (automatic quality report):\n" + "\n".join(lines))
     timing = ", ".join(f"{k} {v:.0f}s" for k, v in outcome.seconds.items())

@@ -1,14 +1,8 @@
-"""Figures and the results table of one or more sweeps: learning curves and per-level bar charts.
+"""Figures of :class:`~imaginejax.results.Results`: learning curves and per-level bar charts.
 
-Input: sweep run directories, each holding ``sweep.json`` (the run table written by
-:func:`imaginejax.sweep.run_sweep`) and ``metrics.jsonl`` (:mod:`imaginejax.runlog`). A directory
-given to :func:`find_sweeps` is either such a sweep directory or a workspace of the ``imaginejax``
-command whose ``runs/<algorithm>/`` sub-directories are.
-
-Runs are grouped by (algorithm, configuration): runs of a group differ only in their seed. Runs frozen as
-non-finite (``finite`` false at their last logged interval) are left out, as in :mod:`imaginejax.report`.
-For every group, level and evaluation the point estimate (IQM by default, or the mean) over seeds and
-its stratified-bootstrap 95 % interval come from :mod:`imaginejax.stats`.
+For every group of seeds (:meth:`~imaginejax.results.Results.groups`), level and evaluation the point
+estimate (IQM by default, or the mean) over seeds and its stratified-bootstrap 95 % interval come from
+:mod:`imaginejax.stats`.
 
 Output (:func:`write_figures`), everything under one directory:
 
@@ -16,9 +10,9 @@ Output (:func:`write_figures`), everything under one directory:
   band; ``curves.csv`` — the plotted numbers (group, level, step, n, point, low, high, mean);
 * ``bars.png`` — final success rate per level, one bar per group with its 95 % interval;
   ``bars.csv`` — the plotted numbers;
-* ``results.md`` — the markdown table of :func:`imaginejax.stats.results_table` (final evaluation);
-* ``protocol.png`` / ``protocol.csv`` — for sweeps of the reference protocol (runs naming their data
-  source), per level the three data conditions side by side (:func:`protocol_rows`).
+* ``results.md`` — the plain table of :func:`imaginejax.report.table`;
+* ``protocol.png`` / ``protocol.csv`` — for sweeps whose runs name their data source, per level the
+  three data conditions side by side (:func:`imaginejax.report.protocol_rows`).
 
 Plots use matplotlib's non-interactive Agg backend (no display needed); matplotlib is imported only here.
 """
@@ -27,7 +21,6 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import json
 import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -35,128 +28,12 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from imaginejax.files import atomic_path, write_text
-from imaginejax.runlog import MetricsLog
-from imaginejax.stats import iqm, mean, results_table, stratified_bootstrap_ci
-
-STATISTICS = {"iqm": iqm, "mean": mean}
-
-
-@dataclasses.dataclass(frozen=True)
-class GroupCurves:
-    """Success rates of one group of runs (one algorithm and configuration, several seeds).
-
-    Attributes:
-      label: display name, e.g. ``"bc, ratio 0.5"``.
-      algo: algorithm name.
-      steps: (I,) gradient updates at each evaluation.
-      success: level -> (I, n) success rate of each of the group's n finite runs at each evaluation.
-      data: the imaginary source the runs mixed in (``""``: none or an unnamed buffer), e.g. ``"oracle/easy"``.
-      ratio: the runs' imaginary fraction.
-      hp: the swept hyperparameters that vary within the sweep, as text (``""`` when none).
-    """
-
-    label: str
-    algo: str
-    steps: np.ndarray
-    success: dict[str, np.ndarray]
-    data: str = ""
-    ratio: float = 0.0
-    hp: str = ""
+from imaginejax.report import CONDITIONS, STATISTICS, protocol_rows, table
+from imaginejax.results import Group, Results
+from imaginejax.stats import stratified_bootstrap_ci
 
 
-def find_sweeps(path: str | os.PathLike[str]) -> list[Path]:
-    """Sweep directories under ``path``: itself if it holds ``sweep.json``, else ``runs/*/`` that do.
-
-    Raises:
-      FileNotFoundError: no sweep found (the message says what was looked for).
-    """
-    path = Path(path)
-    if (path / "sweep.json").is_file():
-        return [path]
-    found = sorted(p.parent for p in path.glob("runs/*/sweep.json"))
-    if not found:
-        raise FileNotFoundError(f"no sweep in {path}: expected {path / 'sweep.json'} or "
-                                f"{path / 'runs' / '<algorithm>' / 'sweep.json'} (written by imaginejax train / bench)")
-    return found
-
-
-def _algo_name(sweep_dir: Path, record: dict[str, Any]) -> str:
-    """The registry name for a workspace's ``runs/<name>``, else the name recorded by the engine."""
-    return sweep_dir.name if sweep_dir.parent.name == "runs" else str(record.get("algo", sweep_dir.name))
-
-
-def _hp_labels(table: list[dict[str, Any]]) -> dict[int, str]:
-    """Configuration index -> the hyperparameters that vary within the sweep (``""`` when none)."""
-    varying = sorted({k for row in table for k in row["hp"]
-                      if len({r["hp"].get(k) for r in table}) > 1})
-    return {row["config"]: ", ".join(f"{k} {row['hp'][k]:g}" for k in varying if k in row["hp"]) for row in table}
-
-
-def _config_labels(table: list[dict[str, Any]]) -> dict[int, str]:
-    """Configuration index -> its data source (``real only`` or ``<source> r``; ``ratio r`` for sweeps
-    without named sources) plus the hyperparameters that vary within the sweep."""
-    hp = _hp_labels(table)
-    labels = {}
-    for row in table:
-        data = row.get("data", "")
-        head = (f"{data} {row['ratio']:g}" if data else "real only") if any(r.get("data") for r in table) \
-            else f"ratio {row['ratio']:g}"
-        labels[row["config"]] = ", ".join([head] + ([hp[row["config"]]] if hp[row["config"]] else []))
-    return labels
-
-
-def load_curves(sweep_dirs: Sequence[str | os.PathLike[str]]) -> tuple[list[GroupCurves], list[str]]:
-    """Reads sweeps into per-group learning curves.
-
-    Args:
-      sweep_dirs: sweep directories (see :func:`find_sweeps`).
-
-    Returns:
-      (groups, levels): groups in sweep order then configuration order; levels in logged order. Only
-      evaluations every run of the sweep has reached are kept (a running sweep shows its common prefix).
-
-    Raises:
-      ValueError: a sweep has no metrics yet, or sweeps disagree on the levels.
-    """
-    groups: list[GroupCurves] = []
-    levels: list[str] | None = None
-    for sweep_dir in map(Path, sweep_dirs):
-        sweep = json.loads((sweep_dir / "sweep.json").read_text())
-        records = MetricsLog(sweep_dir).records()
-        if not records:
-            raise ValueError(f"{sweep_dir / 'metrics.jsonl'} has no records yet: wait for the first interval")
-        found = [k.split("/", 1)[1] for k in records[0] if k.startswith("success/")]
-        if levels is None:
-            levels = found
-        elif found != levels:
-            raise ValueError(f"{sweep_dir} evaluates levels {found}, other sweeps {levels}: report them separately")
-        table = sweep["runs"]
-        by_run: dict[int, dict[int, dict[str, Any]]] = {}
-        for r in records:
-            by_run.setdefault(int(r["run"]), {})[int(r["interval"])] = r
-        runs = [row["run"] for row in table]
-        common = min(len(by_run.get(run, {})) for run in runs)
-        if common == 0:
-            raise ValueError(f"{sweep_dir}: some runs have no metrics yet; wait for the first interval of every chunk")
-        intervals = list(range(1, common + 1))
-        steps = np.asarray([by_run[runs[0]][i]["step"] for i in intervals], np.int64)
-        finite = {run: bool(by_run[run][intervals[-1]]["finite"]) for run in runs}
-        algo = _algo_name(sweep_dir, sweep)
-        labels, hp = _config_labels(table), _hp_labels(table)
-        for config in sorted({row["config"] for row in table}):
-            rows = [row for row in table if row["config"] == config]
-            members = [row["run"] for row in rows if finite[row["run"]]]
-            if not members:
-                continue
-            success = {lv: np.asarray([[by_run[run][i][f"success/{lv}"] for run in members] for i in intervals],
-                                      np.float64) for lv in levels}
-            groups.append(GroupCurves(label=f"{algo}, {labels[config]}", algo=algo, steps=steps, success=success,
-                                      data=rows[0].get("data", ""), ratio=float(rows[0]["ratio"]),
-                                      hp=hp[config]))
-    return groups, list(levels or [])
-
-
-def curve_rows(groups: Sequence[GroupCurves], levels: Sequence[str], statistic: str = "iqm",
+def curve_rows(groups: Sequence[Group], levels: Sequence[str], statistic: str = "iqm",
                reps: int = 2000, seed: int = 0) -> list[dict[str, Any]]:
     """One row per (group, level, evaluation): point estimate over seeds and its bootstrap 95 % interval.
 
@@ -176,7 +53,7 @@ def curve_rows(groups: Sequence[GroupCurves], levels: Sequence[str], statistic: 
     return rows
 
 
-def final_rows(groups: Sequence[GroupCurves], levels: Sequence[str], statistic: str = "iqm",
+def final_rows(groups: Sequence[Group], levels: Sequence[str], statistic: str = "iqm",
                reps: int = 2000, seed: int = 0) -> list[dict[str, Any]]:
     """Like :func:`curve_rows` for the last evaluation only (what the bar chart shows)."""
     last = [dataclasses.replace(g, steps=g.steps[-1:], success={lv: v[-1:] for lv, v in g.success.items()})
@@ -184,111 +61,7 @@ def final_rows(groups: Sequence[GroupCurves], levels: Sequence[str], statistic: 
     return curve_rows(last, levels, statistic, reps, seed)
 
 
-def table(groups: Sequence[GroupCurves], levels: Sequence[str], statistic: str = "iqm", reps: int = 2000,
-          seed: int = 0) -> str:
-    """Markdown results table of the final evaluation (:func:`imaginejax.stats.results_table`)."""
-    final = {g.label: {lv: g.success[lv][-1] for lv in levels} for g in groups}
-    steps = sorted({int(g.steps[-1]) for g in groups})
-    text = results_table(final, levels, statistic=STATISTICS[statistic], reps=reps, seed=seed)
-    return text + f"\nSuccess rate (%) at the last evaluation ({', '.join(map(str, steps))} updates)."
-
-
-CONDITIONS = {"real": "real only", "imaginary": "real + imaginary", "oracle": "real + oracle"}
-
-
-def protocol_rows(groups: Sequence[GroupCurves], levels: Sequence[str], statistic: str = "iqm", reps: int = 2000,
-                  seed: int = 0, last: int = 5) -> list[dict[str, Any]]:
-    """The reference protocol's comparison: per algorithm (and swept hyperparameters and ratio), level and
-    data condition, the statistic over seeds of each run's success averaged over its last ``last``
-    evaluations, with its stratified-bootstrap 95 % interval.
-
-    A level L compares the runs on real data only with the runs that mixed in L's own data
-    (``imaginary/L``, ``oracle/L``, or the ``…/pooled`` buffer); ``train`` has the real-only runs alone.
-
-    Returns:
-      Dicts with keys algo, hp, ratio, level, condition, n, evaluations, step, point, low, high, mean
-      (rates in [0, 1]); empty when no group names a data source.
-    """
-    stat = STATISTICS[statistic]
-    if not any(g.data for g in groups):
-        return []
-    rows = []
-    for algo, hp in dict.fromkeys((g.algo, g.hp) for g in groups):
-        mine = [g for g in groups if g.algo == algo and g.hp == hp]
-        real = [g for g in mine if not g.data]
-        for ratio in sorted({g.ratio for g in mine if g.data}) or [0.0]:
-            for level in levels:
-                for condition in CONDITIONS:
-                    if condition == "real":
-                        found = real
-                    elif level == "train":
-                        continue
-                    else:
-                        found = [g for g in mine if g.ratio == ratio
-                                 and g.data in (f"{condition}/{level}", f"{condition}/pooled")]
-                    if not found:
-                        continue
-                    group = found[0]
-                    k = min(last, len(group.steps))
-                    scores = group.success[level][-k:].mean(0)
-                    ci = stratified_bootstrap_ci(scores, stat, reps=reps, seed=seed)
-                    rows.append({"algo": algo, "hp": hp, "ratio": ratio, "level": level, "condition": condition,
-                                 "n": int(scores.size), "evaluations": k, "step": int(group.steps[-1]),
-                                 "point": ci.point, "low": ci.low, "high": ci.high, "mean": float(scores.mean())})
-    return rows
-
-
-def _quality_cell(summary: Mapping[str, Any] | None) -> str:
-    if not summary:
-        return "—"
-    cell = f"{100 * summary['goal_consistency']:.1f} / {100 * summary['consistent_and_legal_rate']:.1f}"
-    exceeds = summary.get("exceeds_dynamics_rate")
-    return cell + (f" / {100 * exceeds:.1f}" if exceeds is not None else " / —")
-
-
-def protocol_table(rows: Sequence[Mapping[str, Any]], statistic: str = "iqm",
-                   quality: Mapping[str, Mapping[str, Any]] | None = None, reps: int = 2000) -> str:
-    """Markdown of :func:`protocol_rows`: one line per algorithm and level, the three conditions side by
-    side; ↑ / ↓ mark a mixed condition whose 95 % interval lies wholly above / below real only's.
-
-    Args:
-      rows: from :func:`protocol_rows`.
-      quality: level -> the imaginary data's quality summary
-        (:func:`~imaginejax.imaginer.quality.summarize`), shown beside the level.
-    """
-    name = "IQM" if statistic == "iqm" else "mean"
-    head = ("| algorithm | level | " + " | ".join(CONDITIONS.values()) + " | imaginary data: reaches goal / "
-            "consistent & legal / steps exceeding dynamics (%) |\n|---|---|" + "---:|" * len(CONDITIONS) + "---:|")
-    lines = [head]
-    keys = list(dict.fromkeys((r["algo"], r["hp"], r["ratio"], r["level"]) for r in rows))
-    several_ratios = len({r["ratio"] for r in rows}) > 1
-    for algo, hp, ratio, level in keys:
-        cells = {r["condition"]: r for r in rows if (r["algo"], r["hp"], r["ratio"], r["level"]) == (algo, hp, ratio, level)}
-        base = cells.get("real")
-        texts = []
-        for condition in CONDITIONS:
-            r = cells.get(condition)
-            if r is None:
-                texts.append("—")
-                continue
-            mark = ""
-            if base is not None and condition != "real":
-                mark = " ↑" if r["low"] > base["high"] else " ↓" if r["high"] < base["low"] else ""
-            texts.append(f"{100 * r['point']:.1f} [{100 * r['low']:.1f}, {100 * r['high']:.1f}]{mark}")
-        label = algo + (f" ({hp})" if hp else "") + (f", ratio {ratio:g}" if several_ratios else "")
-        q = _quality_cell((quality or {}).get(level)) if level != "train" else ""
-        lines.append(f"| {label} | {level} | " + " | ".join(texts) + f" | {q} |")
-    seeds = sorted({r["n"] for r in rows})
-    evals = sorted({r["evaluations"] for r in rows})
-    steps = sorted({r["step"] for r in rows})
-    return ("\n".join(lines) + f"\n\nSuccess rate (%): {name} over {'/'.join(map(str, seeds))} seeds of each run's mean "
-            f"over its last {'/'.join(map(str, evals))} evaluations (up to {'/'.join(map(str, steps))} updates), "
-            f"[95 % stratified-bootstrap interval, {reps} replicates]; every task of a level evaluated equally "
-            "often. Each novel level's mixed runs drew that level's data only (the reference protocol) unless "
-            "the sweep pooled them.")
-
-
-def _styles(groups: Sequence[GroupCurves]) -> dict[str, tuple[Any, str, str]]:
+def _styles(groups: Sequence[Group]) -> dict[str, tuple[Any, str, str]]:
     """Group label -> (colour, line style, bar hatch): one colour per algorithm, one line style / hatch
     per configuration within it, so curves stay distinguishable beyond ten groups."""
     import matplotlib
@@ -348,16 +121,16 @@ def _save(fig: Any, path: Path) -> None:
         fig.savefig(tmp, dpi=120, bbox_inches="tight")
 
 
-def write_figures(groups: Sequence[GroupCurves], levels: Sequence[str], out_dir: str | os.PathLike[str], *,
-                  statistic: str = "iqm", reps: int = 2000, seed: int = 0, last: int = 5) -> dict[str, Path]:
-    """Writes the learning curves, the bar chart, their CSV data and the results table.
+def write_figures(results: Results, out_dir: str | os.PathLike[str], *, statistic: str = "iqm", reps: int = 2000,
+                  seed: int = 0, last: int = 5) -> dict[str, Path]:
+    """Writes the learning curves, the bar chart, their CSV data and the plain results table.
 
     Args:
-      groups, levels: from :func:`load_curves`.
+      results: the runs (groups of seeds are plotted; non-finite runs left out).
       out_dir: created if needed; files are replaced atomically.
       statistic: ``"iqm"`` or ``"mean"`` over seeds.
       reps, seed: bootstrap replicates and seed of the 95 % intervals.
-      last: evaluations averaged per run in the protocol figure (:func:`protocol_rows`).
+      last: evaluations averaged per run in the three-way comparison.
 
     Returns:
       name -> path of every file written (``curves-<level>``, ``curves_csv``, ``bars``, ``bars_csv``,
@@ -374,6 +147,7 @@ def write_figures(groups: Sequence[GroupCurves], levels: Sequence[str], out_dir:
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
 
+    groups, levels = results.groups(), results.levels
     if not groups:
         raise ValueError("no groups to plot: every run is non-finite or no sweep was found")
     out = Path(out_dir)
@@ -436,7 +210,6 @@ def write_figures(groups: Sequence[GroupCurves], levels: Sequence[str], out_dir:
         _save_protocol_figure(protocol, levels, out / "protocol.png", name)
         written["protocol"] = out / "protocol.png"
 
-    text = table(groups, levels, statistic, reps, seed)
-    write_text(out / "results.md", text + "\n")
+    write_text(out / "results.md", table(results, statistic, reps, seed, three_way=False) + "\n")
     written["results"] = out / "results.md"
     return written

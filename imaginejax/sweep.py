@@ -262,12 +262,14 @@ def _mib(n: int) -> str:
 # ---------------------------------------------------------------------------------------------------
 @dataclasses.dataclass
 class SweepResult:
-    """A trained sweep: its table, the engine's result (run axis in table order), the plan used."""
+    """A trained sweep: its table, the engine's result (run axis in table order), the plan used and
+    ``meta``, what ``sweep.json`` records besides the table (plan, devices, budget, engine, algorithm)."""
 
     sweep: Sweep
     result: TrainResult
     runs_per_chunk: int
     estimate: MemoryEstimate
+    meta: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 def run_sweep(trainer: Trainer, sweep: Sweep, base_hp: PyTree, real: Transitions,
@@ -309,15 +311,14 @@ def run_sweep(trainer: Trainer, sweep: Sweep, base_hp: PyTree, real: Transitions
     log(f"sweep: {sweep.num_runs} runs on {num_devices} device(s); estimated {_mib(estimate.per_run)} per run + "
         f"{_mib(estimate.shared)} shared, budget {_mib(budget)} per device -> "
         f"{-(-sweep.num_runs // chunk)} chunk(s) of <= {chunk} runs")
+    meta = {"runs_per_chunk": chunk, "devices": num_devices, "estimate": dataclasses.asdict(estimate),
+            "budget": budget, "engine": dataclasses.asdict(trainer.config), "algo": trainer.algo.name}
     if run_dir is not None:
         Path(run_dir).mkdir(parents=True, exist_ok=True)
-        record = {"runs": sweep.to_json(), "runs_per_chunk": chunk, "devices": num_devices,
-                  "estimate": dataclasses.asdict(estimate), "budget": budget,
-                  "engine": dataclasses.asdict(trainer.config), "algo": trainer.algo.name}
-        write_json(Path(run_dir) / "sweep.json", record)
+        write_json(Path(run_dir) / "sweep.json", {"runs": sweep.to_json(), **meta})
     result = trainer.train(arrays.keys, arrays.hp, real, imag, arrays.ratios, log=log, mesh=resolved,
                            runs_per_chunk=chunk, run_dir=run_dir, source=arrays.sources, **train_kwargs)
-    return SweepResult(sweep=sweep, result=result, runs_per_chunk=chunk, estimate=estimate)
+    return SweepResult(sweep=sweep, result=result, runs_per_chunk=chunk, estimate=estimate, meta=meta)
 
 
 def init_distributed() -> bool:

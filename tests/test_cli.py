@@ -121,6 +121,31 @@ def test_bench_trains_logs_reports_and_resumes(bench_run):
     assert "(2/2 intervals done)" in err2 and "collected" not in err2
 
 
+def test_results_in_memory_equal_the_results_read_back(bench_run, tmp_path):
+    """The one results path: what training returns is exactly what load_sweep reads from its directory,
+    and both give the printed table."""
+    from imaginejax import bench
+    from imaginejax.report import table
+    from imaginejax.results import load_sweep
+
+    sets = [s for s in bench_run["bench_argv"] if s.startswith(("data.", "imagine.", "train.", "report."))]
+    config = load_config("clevr-quick", sets)
+    out = tmp_path / "ws"
+    outcome = bench.train(config, out, log=lambda message: None)
+    results = outcome.results
+    assert len(results.runs) == 8 and results.levels == ("train", "rephrase", "easy", "hard")
+    assert [(r.seed, r.data) for r in results.runs[:4]] == [(0, ""), (1, ""), (0, "oracle/rephrase"),
+                                                            (1, "oracle/rephrase")]
+    assert all(len(r.success["hard"]) == INTERVALS and len(r.task_success["hard"]) == 3 for r in results.runs)
+    assert set(results.sources) == {"oracle/rephrase", "oracle/easy", "oracle/hard"}
+    assert results.sweeps["bc"]["algo"] == "bc" and results.sweeps["bc"]["runs_per_chunk"] == 8
+    assert load_sweep(out) == results
+    # Bench's own workspace (same configuration, same data): the same numbers, and its table.
+    assert load_sweep(bench_run["root"] / "ws").runs == results.runs
+    r = config.report
+    assert table(results, r.statistic, r.reps, r.seed, r.last) == (bench_run["root"] / "ws" / "results.md").read_text().strip()
+
+
 def test_interrupted_train_resumes_to_the_uninterrupted_result(bench_run, monkeypatch):
     """``train`` on the collected real data (identical to bench's cached data), killed right after its
     first checkpoint, then the same command again: it must end exactly where bench's run ended."""
@@ -186,9 +211,9 @@ def test_report_of_a_workspace_and_of_a_sweep(bench_run):
     assert status == 0, err
     assert "| bc, real only |" in out and "| bc | hard |" in out and "50 replicates" in out
     assert (bench_run["root"] / "table.md").read_text().strip() == out.strip()
-    # A single sweep directory gets imaginejax.report's table (rows per configuration, no algorithm).
+    # A single sweep directory gets the same tables (no sources.json: no quality column values).
     status, out, _ = run(["report", str(ws / "runs" / "bc"), "--reps", "50"])
-    assert status == 0 and "| oracle/hard 0.5 |" in out and "interval 2" in out
+    assert status == 0 and "| bc, oracle/hard 0.5 |" in out and "| bc | hard |" in out and "(20 updates)" in out
     assert (ws / "runs" / "bc" / "figures" / "bars.png").stat().st_size > 0
     status, _, err = run(["report", str(bench_run["root"] / "nothing-here")])
     assert status == 2 and "sweep.json" in err

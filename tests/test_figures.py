@@ -1,4 +1,4 @@
-"""Figures and tables of sweeps (imaginejax.figures) on hand-written run directories: learning-curve and
+"""Figures and tables of sweeps (imaginejax.figures, report, results) on hand-written run directories: learning-curve and
 bar-chart data against hand-computed IQMs and means, non-finite runs left out, PNGs that decode to
 images, CSVs that hold exactly the plotted numbers, workspace discovery."""
 
@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 
 from imaginejax import figures
+from imaginejax.report import table
+from imaginejax.results import find_sweeps, load_sweep
 from imaginejax.runlog import MetricsLog
 from imaginejax.stats import iqm, stratified_bootstrap_ci
 
@@ -52,7 +54,8 @@ def read_csv(path: Path) -> list[dict[str, str]]:
 
 def test_curves_by_hand(tmp_path):
     write_sweep(tmp_path / "sweep")
-    groups, levels = figures.load_curves([tmp_path / "sweep"])
+    results = load_sweep(tmp_path / "sweep")
+    groups, levels = results.groups(), list(results.levels)
     assert levels == list(LEVELS)
     # Constant hyperparameters (learning_rate, alpha) are not in the labels; the ratio is.
     assert [g.label for g in groups] == ["bc, ratio 0", "bc, ratio 0.5"]
@@ -83,7 +86,7 @@ def test_curves_by_hand(tmp_path):
 
 def test_varying_hyperparameters_are_labelled(tmp_path):
     write_sweep(tmp_path / "sweep", algo="cql", lr_values=(1e-3, 3e-4))
-    groups, _ = figures.load_curves([tmp_path / "sweep"])
+    groups = load_sweep(tmp_path / "sweep").groups()
     assert [g.label for g in groups] == ["cql, ratio 0, learning_rate 0.001", "cql, ratio 0.5, learning_rate 0.0003"]
 
 
@@ -92,12 +95,13 @@ def test_figures_and_csv_written(tmp_path):
 
     for algo in ("bc", "cql"):
         write_sweep(tmp_path / "ws" / "runs" / algo)
-    sweeps = figures.find_sweeps(tmp_path / "ws")
+    sweeps = find_sweeps(tmp_path / "ws")
     assert [p.name for p in sweeps] == ["bc", "cql"]
-    groups, levels = figures.load_curves(sweeps)
+    results = load_sweep(tmp_path / "ws")
+    groups = results.groups()
     # In a workspace the algorithm is the directory name (the registry name).
     assert [g.label for g in groups] == ["bc, ratio 0", "bc, ratio 0.5", "cql, ratio 0", "cql, ratio 0.5"]
-    written = figures.write_figures(groups, levels, tmp_path / "fig", reps=300, seed=3)
+    written = figures.write_figures(results, tmp_path / "fig", reps=300, seed=3)
     for level in LEVELS:
         image = matplotlib.image.imread(written[f"curves-{level}"])
         assert image.ndim == 3 and image.shape[0] > 100 and image.shape[1] > 100
@@ -120,24 +124,24 @@ def test_figures_and_csv_written(tmp_path):
     assert by_key["bc, ratio 0", "hard"] == pytest.approx(0.05)  # IQM of (0, 0.1, 0, 0.1): (0 + 0.1) / 2
 
     text = written["results"].read_text()
-    assert text.strip() == figures.table(groups, levels, reps=300, seed=3)
+    assert text.strip() == table(results, reps=300, seed=3, three_way=False)
     assert "| cql, ratio 0.5 | 60.0 [" in text and "(200 updates)" in text
 
 
 def test_missing_sweep_and_empty_metrics_are_reported(tmp_path):
     with pytest.raises(FileNotFoundError, match="sweep.json"):
-        figures.find_sweeps(tmp_path)
+        load_sweep(tmp_path)
     (tmp_path / "s").mkdir()
     (tmp_path / "s" / "sweep.json").write_text(json.dumps({"runs": [], "algo": "bc"}))
     with pytest.raises(ValueError, match="no records yet"):
-        figures.load_curves([tmp_path / "s"])
+        load_sweep(tmp_path / "s")
 
 
 def test_missing_matplotlib_names_the_install(tmp_path, monkeypatch):
     from imaginejax.progress import MissingDependency
 
     write_sweep(tmp_path / "sweep")
-    groups, levels = figures.load_curves([tmp_path / "sweep"])
+    results = load_sweep(tmp_path / "sweep")
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # makes the import fail like a missing package
     with pytest.raises(MissingDependency, match=r"pip install 'imaginejax\[figures\]'.*report\.figures=false"):
-        figures.write_figures(groups, levels, tmp_path / "fig", reps=10)
+        figures.write_figures(results, tmp_path / "fig", reps=10)

@@ -19,7 +19,8 @@ from imaginejax.data.sampling import sample_mixed
 from imaginejax.data.transitions import concat_transitions, to_transitions
 from imaginejax.engine import EngineConfig, broadcast_runs, make_train
 from imaginejax.evaluation import episodes_per_level, evaluate
-from imaginejax.figures import GroupCurves, protocol_rows, protocol_table
+from imaginejax.report import protocol_rows, protocol_table
+from imaginejax.results import Group
 from imaginejax.sweep import Sweep
 
 from toy_env import NUM_TASKS, STATE_DIM, ToyEnv, expert_dataset
@@ -136,9 +137,9 @@ def test_conditions_follow_the_configuration():
 
 
 # ------------------------------------------------------------------------------------ the table
-def _group(data: str, success: list[list[float]], ratio: float = 0.5) -> GroupCurves:
+def _group(data: str, success: list[list[float]], ratio: float = 0.5) -> Group:
     values = np.asarray(success, np.float64)  # (I, n)
-    return GroupCurves(label=f"bc, {data or 'real only'}", algo="bc", steps=np.arange(1, len(values) + 1) * 10,
+    return Group(label=f"bc, {data or 'real only'}", algo="bc", steps=np.arange(1, len(values) + 1) * 10,
                        success={"train": values, "easy": values}, data=data, ratio=0.0 if not data else ratio)
 
 

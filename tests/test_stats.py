@@ -70,7 +70,7 @@ def test_report_command_on_a_run_directory(tmp_path, capsys):
 
     runs = [{"run": r, "config": r // 2, "seed": r % 2, "ratio": 0.5 * (r // 2), "hp": {"learning_rate": 1e-3}}
             for r in range(4)]
-    (tmp_path / "sweep.json").write_text(json.dumps({"runs": runs}))
+    (tmp_path / "sweep.json").write_text(json.dumps({"runs": runs, "algo": "bc"}))
     success = [0.25, 0.75, 1.0, 1.0]
     lines = [{"chunk": 0, "interval": i, "step": 10 * i, "run": r, "seconds": 1.0, "finite": True, "loss": 0.1,
               "success/train": success[r] if i == 2 else 0.0, "return/train": 0.0}
@@ -78,9 +78,9 @@ def test_report_command_on_a_run_directory(tmp_path, capsys):
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     assert main(["report", str(tmp_path), "--reps", "200", "--out", str(tmp_path / "table.md")]) == 0
     out = capsys.readouterr().out
-    assert "| ratio 0, learning_rate 0.001 | 50.0 [25.0, 75.0] (mean 50.0, n=2)" in out
-    assert "| ratio 0.5, learning_rate 0.001 | 100.0 [100.0, 100.0]" in out
-    assert "interval 2" in out and (tmp_path / "table.md").read_text().strip() == out.strip()
+    assert "| bc, ratio 0 | 50.0 [25.0, 75.0] (mean 50.0, n=2)" in out
+    assert "| bc, ratio 0.5 | 100.0 [100.0, 100.0]" in out
+    assert "(20 updates)" in out and (tmp_path / "table.md").read_text().strip() == out.strip()
     assert main(["nonsense"]) == 2
 
 

@@ -1,0 +1,272 @@
+"""The results of sweeps: one object, built in memory by training and read back from disk the same.
+
+A :class:`Results` holds every run of every algorithm (its algorithm, seed, ratio, data source,
+hyperparameters, success and return at each evaluation, per-task success at the last one, whether it
+stayed finite), each sweep's metadata (what ``sweep.json`` records besides the runs) and the data
+sources' summaries (``sources.json`` of a workspace). :func:`from_sweep` builds it from a trained
+:class:`~imaginejax.sweep.SweepResult`; :func:`load_sweep` reads it from a sweep directory or a
+workspace, and gives back exactly what :func:`from_sweep` built (``load_sweep(dir) == results``).
+
+On disk, a sweep directory holds ``sweep.json`` (:func:`imaginejax.sweep.run_sweep`), ``metrics.jsonl``
+(:mod:`imaginejax.runlog`) and ``task_success.json`` (:func:`save_task_success`); a workspace holds
+``runs/<algorithm>/`` sweep directories and ``sources.json``. A sweep still running is read up to the
+last evaluation every run has reached.
+
+:meth:`Results.groups` splits the runs into groups of seeds (one algorithm and configuration each), what
+:mod:`imaginejax.report` and :mod:`imaginejax.figures` compute statistics over.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from imaginejax.files import write_json
+from imaginejax.runlog import MetricsLog
+
+SWEEP_FILE = "sweep.json"
+TASK_SUCCESS_FILE = "task_success.json"
+SOURCES_FILE = "sources.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """One trained run (values as plain Python numbers, so results compare with ``==``).
+
+    Attributes:
+      algo: algorithm registry name.
+      run, config, seed, ratio, hp, data: its row of the sweep table (:class:`~imaginejax.sweep.RunSpec`).
+      steps: (I,) gradient updates at each evaluation.
+      success, returns: level -> (I,) success rate and mean return at each evaluation.
+      task_success: level -> (K,) success on each task at the last evaluation (empty when not recorded).
+      finite: False when the run went non-finite and was frozen.
+    """
+
+    algo: str
+    run: int
+    config: int
+    seed: int
+    ratio: float
+    hp: dict[str, float]
+    data: str
+    steps: tuple[int, ...]
+    success: dict[str, tuple[float, ...]]
+    returns: dict[str, tuple[float, ...]]
+    task_success: dict[str, tuple[float, ...]]
+    finite: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class Group:
+    """The finite runs of one algorithm and configuration (they differ only in seed).
+
+    Attributes:
+      label: display name, e.g. ``"bc, imaginary/easy 0.5"``.
+      algo, data, ratio: as in :class:`Run`.
+      hp: the hyperparameters that vary within the sweep, as text (``""`` when none).
+      steps: (I,) gradient updates at each evaluation.
+      success: level -> (I, n) success of each of the n runs at each evaluation.
+    """
+
+    label: str
+    algo: str
+    steps: np.ndarray
+    success: dict[str, np.ndarray]
+    data: str = ""
+    ratio: float = 0.0
+    hp: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Results:
+    """Every run of one or more sweeps.
+
+    Attributes:
+      runs: in sweep order (algorithms in order, each sweep's runs in table order).
+      levels: the evaluated levels, in evaluation order.
+      tasks: level -> each task's first instruction (empty when not recorded).
+      sweeps: algorithm -> its ``sweep.json`` record without the run table (plan, engine settings, ...).
+      sources: data source name (``"imaginary/easy"``) -> its summary (trajectories, quality, filters).
+    """
+
+    runs: tuple[Run, ...]
+    levels: tuple[str, ...]
+    tasks: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    sweeps: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    sources: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+
+    def groups(self) -> list[Group]:
+        """Groups of finite runs in sweep order, then configuration order (empty groups dropped)."""
+        out = []
+        for algo in dict.fromkeys(r.algo for r in self.runs):
+            mine = [r for r in self.runs if r.algo == algo]
+            labels, hp = _config_labels(mine), _hp_labels(mine)
+            for config in sorted({r.config for r in mine}):
+                rows = [r for r in mine if r.config == config]
+                members = [r for r in rows if r.finite]
+                if not members:
+                    continue
+                success = {lv: np.asarray([r.success[lv] for r in members], np.float64).T for lv in self.levels}
+                out.append(Group(label=f"{algo}, {labels[config]}", algo=algo, steps=np.asarray(rows[0].steps),
+                                 success=success, data=rows[0].data, ratio=rows[0].ratio, hp=hp[config]))
+        return out
+
+    def quality(self) -> dict[str, dict[str, Any]]:
+        """level -> the quality summary of its imaginary data, where recorded."""
+        return {name.split("/", 1)[1]: value["quality"] for name, value in self.sources.items()
+                if name.startswith("imaginary/") and value.get("quality")}
+
+    def merge(self, other: "Results") -> "Results":
+        """The runs of both (``other``'s after these); the levels must agree."""
+        if self.runs and other.runs and self.levels != other.levels:
+            raise ValueError(f"sweeps evaluate levels {list(other.levels)} and {list(self.levels)}: report them "
+                             "separately")
+        return Results(runs=self.runs + other.runs, levels=self.levels or other.levels,
+                       tasks={**self.tasks, **other.tasks}, sweeps={**self.sweeps, **other.sweeps},
+                       sources={**self.sources, **other.sources})
+
+
+def _hp_labels(runs: Sequence[Run]) -> dict[int, str]:
+    """Configuration -> the hyperparameters that vary within the sweep (``""`` when none)."""
+    varying = sorted({k for r in runs for k in r.hp if len({s.hp.get(k) for s in runs}) > 1})
+    return {r.config: ", ".join(f"{k} {r.hp[k]:g}" for k in varying if k in r.hp) for r in runs}
+
+
+def _config_labels(runs: Sequence[Run]) -> dict[int, str]:
+    """Configuration -> its data source (``real only`` or ``<source> r``; ``ratio r`` for sweeps without
+    named sources) and the hyperparameters that vary within the sweep."""
+    hp, named = _hp_labels(runs), any(r.data for r in runs)
+    labels = {}
+    for r in runs:
+        head = (f"{r.data} {r.ratio:g}" if r.data else "real only") if named else f"ratio {r.ratio:g}"
+        labels[r.config] = ", ".join([head] + ([hp[r.config]] if hp[r.config] else []))
+    return labels
+
+
+def _floats(values: Any) -> tuple[float, ...]:
+    return tuple(float(v) for v in np.asarray(values).ravel())
+
+
+# ---------------------------------------------------------------------------------------------------
+# In memory
+# ---------------------------------------------------------------------------------------------------
+def from_sweep(algo: str, sweep: Any, tasks: Mapping[str, Sequence[str]] | None = None,
+               sources: Mapping[str, Mapping[str, Any]] | None = None) -> Results:
+    """The results of a trained sweep (a :class:`~imaginejax.sweep.SweepResult`).
+
+    Args:
+      algo: the algorithm's registry name.
+      sweep: the sweep result.
+      tasks: level -> task names (:func:`task_names`).
+      sources: data source name -> summary (a workspace's ``sources.json``).
+    """
+    result = sweep.result
+    levels = tuple(result.success)
+    steps = tuple(int(s) for s in result.steps)
+    runs = tuple(
+        Run(algo=algo, run=spec.run, config=spec.config, seed=spec.seed, ratio=spec.ratio, hp=dict(spec.hp),
+            data=spec.data, steps=steps,
+            success={lv: _floats(result.success[lv][:, i]) for lv in levels},
+            returns={lv: _floats(result.returns[lv][:, i]) for lv in levels},
+            task_success={lv: _floats(result.task_success[lv][i]) for lv in levels} if tasks else {},
+            finite=bool(result.finite[i]))
+        for i, spec in enumerate(sweep.sweep.table))
+    return Results(runs=runs, levels=levels, tasks={lv: tuple(t) for lv, t in (tasks or {}).items()},
+                   sweeps={algo: json.loads(json.dumps(sweep.meta))},
+                   sources=json.loads(json.dumps(dict(sources or {}))))
+
+
+def task_names(eval_levels: Mapping[str, tuple[Any, Any]]) -> dict[str, list[str]]:
+    """level -> each task's first instruction, from the evaluated environments."""
+    out = {}
+    for level, (env, params) in eval_levels.items():
+        strings = env.instructions(level)
+        out[level] = [strings[int(m)] for m in np.asarray(params.phrasing_ids)[:, 0]]
+    return out
+
+
+def save_task_success(run_dir: str | os.PathLike[str], results: Results) -> None:
+    """``run_dir/task_success.json``: per level the task names and every run's success on each task at
+    the last evaluation (``runs`` × ``tasks``, rows in sweep order)."""
+    levels = {lv: {"tasks": list(results.tasks[lv]), "success": [list(r.task_success[lv]) for r in results.runs]}
+              for lv in results.levels}
+    write_json(Path(run_dir) / TASK_SUCCESS_FILE, {"runs": [r.run for r in results.runs], "levels": levels})
+
+
+# ---------------------------------------------------------------------------------------------------
+# From disk
+# ---------------------------------------------------------------------------------------------------
+def find_sweeps(path: str | os.PathLike[str]) -> list[Path]:
+    """Sweep directories under ``path``: itself if it holds ``sweep.json``, else ``runs/*/`` that do.
+
+    Raises:
+      FileNotFoundError: no sweep found (the message says what was looked for).
+    """
+    path = Path(path)
+    if (path / SWEEP_FILE).is_file():
+        return [path]
+    found = sorted(p.parent for p in path.glob(f"runs/*/{SWEEP_FILE}"))
+    if not found:
+        raise FileNotFoundError(f"no sweep in {path}: expected {path / SWEEP_FILE} or "
+                                f"{path / 'runs' / '<algorithm>' / SWEEP_FILE} (written by imaginejax train / bench)")
+    return found
+
+
+def _number(value: Any) -> float:
+    return float("nan") if value is None else float(value)
+
+
+def _load_one(sweep_dir: Path) -> Results:
+    record = json.loads((sweep_dir / SWEEP_FILE).read_text())
+    table = record.pop("runs")
+    algo = sweep_dir.name if sweep_dir.parent.name == "runs" else str(record.get("algo", sweep_dir.name))
+    records = MetricsLog(sweep_dir).records()
+    if not records:
+        raise ValueError(f"{sweep_dir / 'metrics.jsonl'} has no records yet: wait for the first interval")
+    levels = tuple(k.split("/", 1)[1] for k in records[0] if k.startswith("success/"))
+    by_run: dict[int, dict[int, dict[str, Any]]] = {}
+    for r in records:
+        by_run.setdefault(int(r["run"]), {})[int(r["interval"])] = r
+    common = min(len(by_run.get(row["run"], {})) for row in table)
+    if common == 0:
+        raise ValueError(f"{sweep_dir}: some runs have no metrics yet; wait for the first interval of every chunk")
+    intervals = range(1, common + 1)
+    task_file = sweep_dir / TASK_SUCCESS_FILE
+    saved = json.loads(task_file.read_text()) if task_file.is_file() else {"runs": [], "levels": {}}
+    row_of = {run: i for i, run in enumerate(saved["runs"])}
+    runs = []
+    for row in table:
+        mine = [by_run[row["run"]][i] for i in intervals]
+        i = row_of.get(row["run"])
+        runs.append(Run(
+            algo=algo, run=int(row["run"]), config=int(row["config"]), seed=int(row["seed"]),
+            ratio=float(row["ratio"]), hp={k: float(v) for k, v in row["hp"].items()}, data=row.get("data", ""),
+            steps=tuple(int(m["step"]) for m in mine),
+            success={lv: tuple(_number(m[f"success/{lv}"]) for m in mine) for lv in levels},
+            returns={lv: tuple(_number(m[f"return/{lv}"]) for m in mine) for lv in levels},
+            task_success={} if i is None else {lv: tuple(map(float, v["success"][i]))
+                                               for lv, v in saved["levels"].items()},
+            finite=bool(mine[-1]["finite"])))
+    return Results(runs=tuple(runs), levels=levels,
+                   tasks={lv: tuple(v["tasks"]) for lv, v in saved["levels"].items()}, sweeps={algo: record})
+
+
+def load_sweep(path: str | os.PathLike[str]) -> Results:
+    """The results of a sweep directory, or of every sweep of a workspace with its ``sources.json``.
+
+    Raises:
+      FileNotFoundError: no sweep under ``path``.
+      ValueError: a sweep has no metrics yet, or sweeps disagree on the levels.
+    """
+    results = Results(runs=(), levels=())
+    for sweep_dir in find_sweeps(path):
+        results = results.merge(_load_one(sweep_dir))
+    sources = Path(path) / SOURCES_FILE
+    if sources.is_file():
+        results = dataclasses.replace(results, sources=json.loads(sources.read_text()))
+    return results
