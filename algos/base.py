@@ -2,18 +2,16 @@
 
 An algorithm is a record of pure functions (ARCHITECTURE.md, "Algorithm"):
 
-* ``init(key, spec, hp) -> state`` — a pytree (parameters, optimiser states, step counter);
-* ``update(state, batch, key, hp) -> (state, metrics)`` — one gradient step on a :class:`Batch`;
-* ``act(state, obs, key, hp, deterministic) -> action`` — batched action selection, obs (B, S+E);
-* optionally ``bind_data(hp, real, imag, imag_rows) -> hp`` — for algorithms whose update reads the whole
-  training data (PRDC's nearest-neighbour search; ``imag_rows`` (2,) = (start, count) of the run's own rows
-  of ``imag``): the engine calls it inside every compiled interval with the
-  interval's own dataset arguments, so datasets stay arguments of the compiled call (never closure
-  constants) and all vmapped runs share one copy.
+* ``init(key, spec, stats, hp) -> state``: parameters, optimiser states (learning rates from ``hp``
+  written into them), step counter, and whatever the algorithm needs of ``stats``, the
+  :class:`~imaginejax.algos.common.DataStats` of the real dataset (e.g. the state normaliser);
+* ``update(state, batch, key, hp, data) -> (state, metrics)``: one gradient step on a :class:`Batch`;
+  ``data`` (:class:`~imaginejax.algos.common.Datasets`) is the interval's datasets, arguments of the
+  engine's compiled call shared by all vmapped runs, for updates that read more than the batch (PRDC);
+* ``act(state, obs, key, hp, deterministic) -> action``: batched action selection, obs (B, S+E) raw.
 
-``hp`` is a pytree of numbers (learning rates, weights): it is traced, so hyperparameters are vmapped
-like seeds. Everything that changes compiled shapes (layer widths, depths) is static configuration
-captured when the record is built (``make_*`` factories).
+``hp`` is a pytree of numbers only (learning rates, weights): traced, so hyperparameters vmap like
+seeds. What changes compiled shapes (layer widths, depths) is static, fixed by the ``make_*`` factory.
 """
 
 from __future__ import annotations
@@ -54,8 +52,7 @@ class Algorithm(NamedTuple):
     """A record of pure functions; see the module docstring for the signatures."""
 
     name: str
-    init: Callable[[jax.Array, Spec, PyTree], PyTree]
-    update: Callable[[PyTree, Batch, jax.Array, PyTree], tuple[PyTree, dict[str, jax.Array]]]
+    init: Callable[[jax.Array, Spec, Any, PyTree], PyTree]
+    update: Callable[[PyTree, Batch, jax.Array, PyTree, Any], tuple[PyTree, dict[str, jax.Array]]]
     act: Callable[[PyTree, jax.Array, jax.Array, PyTree, bool], jax.Array]
     default_hp: Callable[[Spec], PyTree]
-    bind_data: Callable[[PyTree, Any, Any, Any], PyTree] | None = None

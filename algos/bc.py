@@ -17,7 +17,7 @@ import optax
 from flax import struct
 
 from imaginejax.algos.base import Algorithm, Spec
-from imaginejax.algos.common import adam_init, adam_step
+from imaginejax.algos.common import DataStats, Datasets, adam, adam_step
 from imaginejax.algos.networks import EncodedMLP, NetConfig
 from imaginejax.data.types import Batch
 
@@ -62,10 +62,10 @@ def make_bc(spec: Spec, net: NetConfig = NetConfig()) -> Algorithm:
         del spec
         return BCHyperparams(learning_rate=jnp.asarray(1e-3, jnp.float32))
 
-    def init(key: jax.Array, spec_: Spec, hp: BCHyperparams) -> BCState:
-        del hp
+    def init(key: jax.Array, spec_: Spec, stats: DataStats, hp: BCHyperparams) -> BCState:
+        del stats
         params = model.init(key, jnp.zeros((1, spec_.obs_dim), jnp.float32))
-        return BCState(params=params, opt_state=adam_init(params), step=jnp.zeros((), jnp.int32))
+        return BCState(params=params, opt_state=adam(hp.learning_rate).init(params), step=jnp.zeros((), jnp.int32))
 
     def loss_fn(params: dict, batch: Batch) -> tuple[jax.Array, dict[str, jax.Array]]:
         out = model.apply(params, batch.observation)
@@ -75,10 +75,10 @@ def make_bc(spec: Spec, net: NetConfig = NetConfig()) -> Algorithm:
             metrics["accuracy"] = (out.argmax(-1) == batch.action).mean()
         return per_sample.mean(), metrics
 
-    def update(state: BCState, batch: Batch, key: jax.Array, hp: BCHyperparams):
-        del key
+    def update(state: BCState, batch: Batch, key: jax.Array, hp: BCHyperparams, data: Datasets):
+        del key, hp, data
         grads, metrics = jax.grad(loss_fn, has_aux=True)(state.params, batch)
-        params, opt_state = adam_step(state.params, grads, state.opt_state, hp.learning_rate)
+        params, opt_state = adam_step(state.params, grads, state.opt_state)
         return BCState(params=params, opt_state=opt_state, step=state.step + 1), metrics
 
     def act(state: BCState, obs: jax.Array, key: jax.Array, hp: BCHyperparams,

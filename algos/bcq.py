@@ -96,7 +96,7 @@ import optax
 from flax import struct
 
 from imaginejax.algos.base import Algorithm, Spec
-from imaginejax.algos.common import (StateNormalizer, TwinCritic, adam_init, adam_step, first_critic_apply, huber,
+from imaginejax.algos.common import (DataStats, Datasets, TwinCritic, adam, adam_step, first_critic_apply, huber,
                                      periodic_polyak_update, polyak_update, td_target, twin_critic_loss)
 from imaginejax.algos.cql import take_action_values
 from imaginejax.algos.networks import LanguageEncoder, MLP, NetConfig
@@ -223,16 +223,16 @@ def make_bcq(spec: Spec, net: NetConfig = NetConfig(), share_encoder: bool = Tru
                               logit_l2=jnp.float32(1e-2), gamma=jnp.float32(0.99),
                               target_update_interval=jnp.int32(8000), target_tau=jnp.float32(1.0))
 
-    def init(key: jax.Array, spec_: Spec, hp: BCQHyperparams) -> BCQState:
-        del hp
+    def init(key: jax.Array, spec_: Spec, stats: DataStats, hp: BCQHyperparams) -> BCQState:
+        del stats
         params = model.init(key, jnp.zeros((1, spec_.obs_dim), jnp.float32))
-        return BCQState(params=params, target_params=params, opt_state=adam_init(params),
+        return BCQState(params=params, target_params=params, opt_state=adam(hp.learning_rate).init(params),
                         step=jnp.zeros((), jnp.int32))
 
-    def update(state: BCQState, batch: Batch, key: jax.Array,
-               hp: BCQHyperparams) -> tuple[BCQState, dict[str, jax.Array]]:
+    def update(state: BCQState, batch: Batch, key: jax.Array, hp: BCQHyperparams,
+               data: Datasets) -> tuple[BCQState, dict[str, jax.Array]]:
         """One gradient step on a batch of B transitions; metrics are pre-update batch means."""
-        del key
+        del key, data
         next_obs = batch.next_observation
         q_next, logits_next = model.apply(state.params, next_obs)
         q_next_target, _ = model.apply(state.target_params, next_obs)
@@ -245,7 +245,7 @@ def make_bcq(spec: Spec, net: NetConfig = NetConfig(), share_encoder: bool = Tru
             return bcq_loss(q, logits, batch.action, target, hp.logit_l2)
 
         grads, metrics = jax.grad(loss_fn, has_aux=True)(state.params)
-        params, opt_state = adam_step(state.params, grads, state.opt_state, hp.learning_rate)
+        params, opt_state = adam_step(state.params, grads, state.opt_state)
         count = state.step + 1
         target_params = periodic_polyak_update(state.target_params, params, count,
                                                hp.target_update_interval, hp.target_tau)
@@ -376,7 +376,6 @@ class ContinuousBCQHyperparams:
     max_perturbation: jax.Array
     kl_weight: jax.Array
     latent_clip: jax.Array
-    normalizer: StateNormalizer
 
 
 @struct.dataclass
@@ -393,6 +392,7 @@ class ContinuousBCQState:
     actor_opt: optax.OptState
     critic_opt: optax.OptState
     step: jax.Array
+    stats: DataStats
 
 
 def vae_loss(reconstruction: jax.Array, action: jax.Array, mean: jax.Array, log_std: jax.Array,
@@ -473,10 +473,9 @@ def make_continuous_bcq(spec: Spec, net: NetConfig = NetConfig(),
         f = jnp.float32
         return ContinuousBCQHyperparams(
             actor_lr=f(1e-3), critic_lr=f(1e-3), vae_lr=f(1e-3), gamma=f(0.99), tau=f(0.005), lmbda=f(0.75),
-            max_perturbation=f(0.05), kl_weight=f(0.5), latent_clip=f(0.5),
-            normalizer=StateNormalizer.identity(spec_.state_dim))
+            max_perturbation=f(0.05), kl_weight=f(0.5), latent_clip=f(0.5))
 
-    def init(key: jax.Array, spec_: Spec, hp: ContinuousBCQHyperparams) -> ContinuousBCQState:
+    def init(key: jax.Array, spec_: Spec, stats: DataStats, hp: ContinuousBCQHyperparams) -> ContinuousBCQState:
         vae_key, actor_key, critic_key = jax.random.split(key, 3)
         obs = jnp.zeros((1, spec_.obs_dim), jnp.float32)
         action = jnp.zeros((1, spec_.action_dim), jnp.float32)
@@ -485,11 +484,12 @@ def make_continuous_bcq(spec: Spec, net: NetConfig = NetConfig(),
         critic_params = critic.init(critic_key, obs, action)
         return ContinuousBCQState(
             vae_params=vae_params, actor_params=actor_params, critic_params=critic_params,
-            actor_target=actor_params, critic_target=critic_params, vae_opt=adam_init(vae_params),
-            actor_opt=adam_init(actor_params), critic_opt=adam_init(critic_params), step=jnp.zeros((), jnp.int32))
+            actor_target=actor_params, critic_target=critic_params, vae_opt=adam(hp.vae_lr).init(vae_params),
+            actor_opt=adam(hp.actor_lr).init(actor_params), critic_opt=adam(hp.critic_lr).init(critic_params),
+            step=jnp.zeros((), jnp.int32), stats=stats)
 
-    def update(state: ContinuousBCQState, batch: Batch, key: jax.Array,
-               hp: ContinuousBCQHyperparams) -> tuple[ContinuousBCQState, dict[str, jax.Array]]:
+    def update(state: ContinuousBCQState, batch: Batch, key: jax.Array, hp: ContinuousBCQHyperparams,
+               data: Datasets) -> tuple[ContinuousBCQState, dict[str, jax.Array]]:
         """VAE, critic and perturbation steps, then both targets (module docstring, continuous BCQ).
 
         Metrics (pre-update batch means): loss (= critic_loss), critic_loss, actor_loss, vae_loss,
@@ -497,8 +497,8 @@ def make_continuous_bcq(spec: Spec, net: NetConfig = NetConfig(),
         """
         noise_key, target_key, actor_key = jax.random.split(key, 3)
         b = batch.reward.shape[0]
-        obs = hp.normalizer.observation(batch.observation)
-        next_obs = hp.normalizer.observation(batch.next_observation)
+        obs = state.stats.observation(batch.observation)
+        next_obs = state.stats.observation(batch.next_observation)
 
         def vae_loss_fn(params):
             noise = jax.random.normal(noise_key, (b, latent_dim), jnp.float32)
@@ -506,7 +506,7 @@ def make_continuous_bcq(spec: Spec, net: NetConfig = NetConfig(),
             return vae_loss(reconstruction, batch.action, mean, log_std, hp.kl_weight)
 
         v_grads, v_metrics = jax.grad(vae_loss_fn, has_aux=True)(state.vae_params)
-        vae_params, vae_opt = adam_step(state.vae_params, v_grads, state.vae_opt, hp.vae_lr)
+        vae_params, vae_opt = adam_step(state.vae_params, v_grads, state.vae_opt)
 
         n = config.target_samples
         next_actions = candidates(vae_params, state.actor_target, next_obs, target_key, n, hp)  # (B, N, A)
@@ -519,7 +519,7 @@ def make_continuous_bcq(spec: Spec, net: NetConfig = NetConfig(),
             return twin_critic_loss(q, target), q
 
         (c_loss, q_data), c_grads = jax.value_and_grad(critic_loss_fn, has_aux=True)(state.critic_params)
-        critic_params, critic_opt = adam_step(state.critic_params, c_grads, state.critic_opt, hp.critic_lr)
+        critic_params, critic_opt = adam_step(state.critic_params, c_grads, state.critic_opt)
 
         z = sample_latent(actor_key, (b, latent_dim), hp.latent_clip)
         sampled = jax.lax.stop_gradient(vae.apply(vae_params, obs, z, method=ConditionalVAE.decode))
@@ -528,12 +528,12 @@ def make_continuous_bcq(spec: Spec, net: NetConfig = NetConfig(),
             return -q1(critic_params, obs, actor.apply(params, obs, sampled, hp.max_perturbation)).mean()
 
         a_loss, a_grads = jax.value_and_grad(actor_loss_fn)(state.actor_params)
-        actor_params, actor_opt = adam_step(state.actor_params, a_grads, state.actor_opt, hp.actor_lr)
+        actor_params, actor_opt = adam_step(state.actor_params, a_grads, state.actor_opt)
         new_state = ContinuousBCQState(
             vae_params=vae_params, actor_params=actor_params, critic_params=critic_params,
             actor_target=polyak_update(state.actor_target, actor_params, hp.tau),
             critic_target=polyak_update(state.critic_target, critic_params, hp.tau),
-            vae_opt=vae_opt, actor_opt=actor_opt, critic_opt=critic_opt, step=state.step + 1)
+            vae_opt=vae_opt, actor_opt=actor_opt, critic_opt=critic_opt, step=state.step + 1, stats=state.stats)
         metrics = {"loss": c_loss, "critic_loss": c_loss, "actor_loss": a_loss, **v_metrics,
                    "q1_data": q_data[0].mean(), "target_q": target.mean()}
         return new_state, metrics
@@ -545,7 +545,7 @@ def make_continuous_bcq(spec: Spec, net: NetConfig = NetConfig(),
         ``deterministic`` has no effect: the candidates are drawn with ``key`` in both modes.
         """
         del deterministic
-        obs = hp.normalizer.observation(obs)
+        obs = state.stats.observation(obs)
         n = config.act_samples
         cands = candidates(state.vae_params, state.actor_params, obs, key, n, hp)  # (B, N, A)
         return select_by_q(cands, q1(state.critic_params, obs, cands))

@@ -81,7 +81,7 @@ import numpy as np
 from flax import struct
 
 from imaginejax.algos.base import Algorithm, Spec
-from imaginejax.algos.common import StateNormalizer, TwinCritic
+from imaginejax.algos.common import DataStats, Datasets, TwinCritic
 from imaginejax.algos.cql import (ContinuousCQLState, CQLState, RowWeights, act_discrete_q, act_tanh_gaussian,
                                   continuous_cql_step, discrete_cql_step, init_continuous_cql, init_discrete_q)
 from imaginejax.algos.dynamics import (DynamicsConfig, DynamicsState, GaussianEnsemble, dynamics_inputs,
@@ -363,8 +363,6 @@ class ComboHyperparams:
       model_weight_decay: λ on the ensemble's kernels (5e-5).
       imaginary_model_weight: weight of imaginary rows in the dynamics loss (1).
       model_warmup: () int32, updates before model rows are used (5000).
-      normalizer: state statistics for the agent and the dynamics inputs (identity by default; set it
-        with ``StateNormalizer.from_transitions(real)``).
     """
 
     actor_lr: jax.Array
@@ -385,7 +383,6 @@ class ComboHyperparams:
     model_weight_decay: jax.Array
     imaginary_model_weight: jax.Array
     model_warmup: jax.Array
-    normalizer: StateNormalizer
 
 
 @struct.dataclass
@@ -396,9 +393,8 @@ class DiscreteComboHyperparams:
       learning_rate, gamma, target_update_interval, target_tau: the discrete CQL Q-learner's
         (6.25e-5, 0.99, 8000, 1.0).
       beta: conservative weight β (2.5).
-      real_fraction, rho_data_weight, model_lr, model_weight_decay, imaginary_model_weight, model_warmup,
-      normalizer: as in :class:`ComboHyperparams` (the normaliser is used by the dynamics only; the
-        Q-network sees raw observations, as discrete CQL).
+      real_fraction, rho_data_weight, model_lr, model_weight_decay, imaginary_model_weight, model_warmup:
+        as in :class:`ComboHyperparams`.
     """
 
     learning_rate: jax.Array
@@ -412,23 +408,23 @@ class DiscreteComboHyperparams:
     model_weight_decay: jax.Array
     imaginary_model_weight: jax.Array
     model_warmup: jax.Array
-    normalizer: StateNormalizer
 
 
-def _model_defaults(spec: Spec) -> dict[str, jax.Array | StateNormalizer]:
+def _model_defaults(spec: Spec) -> dict[str, jax.Array]:
     return dict(beta=jnp.float32(2.5), real_fraction=jnp.float32(0.5), rho_data_weight=jnp.float32(0.0),
                 model_lr=jnp.float32(1e-3), model_weight_decay=jnp.float32(5e-5),
-                imaginary_model_weight=jnp.float32(1.0), model_warmup=jnp.int32(5000),
-                normalizer=StateNormalizer.identity(spec.state_dim))
+                imaginary_model_weight=jnp.float32(1.0), model_warmup=jnp.int32(5000))
 
 
 @struct.dataclass
 class ComboState:
-    """agent: the CQL state (continuous or discrete); dynamics: the ensemble; buffer: the model buffer."""
+    """agent: the CQL state (continuous or discrete); dynamics: the ensemble; buffer: the model buffer;
+    stats: the real data's state statistics (dynamics inputs and targets)."""
 
     agent: Any
     dynamics: DynamicsState
     buffer: ModelBuffer
+    stats: DataStats
 
 
 def _combo_update(state: ComboState, batch: Batch, key: jax.Array, hp: Any, *, config: ComboConfig,
@@ -439,7 +435,7 @@ def _combo_update(state: ComboState, batch: Batch, key: jax.Array, hp: Any, *, c
     ``agent_step(agent_state, rows, weights, key, hp)``."""
     b = batch.reward.shape[0]
     k_dyn, k_start, k_roll, k_model, k_agent = jax.random.split(key, 5)
-    norm = hp.normalizer
+    norm = state.stats
 
     # 1. dynamics on the batch
     inputs = dynamics_inputs(batch.state, batch.embedding, batch.action, norm, num_actions)
@@ -448,7 +444,7 @@ def _combo_update(state: ComboState, batch: Batch, key: jax.Array, hp: Any, *, c
     holdout = holdout_mask(batch.state, batch.action, batch.reward, batch.next_state,
                            config.dynamics.holdout_fraction)
     dyn, metrics = dynamics_step(ensemble, config.dynamics, state.dynamics, inputs, targets, train_weight, holdout,
-                                 k_dyn, hp.model_lr, hp.model_weight_decay)
+                                 k_dyn, hp.model_weight_decay)
 
     # 2. rollouts from dataset start states with the current policy
     start = jax.random.randint(k_start, (config.starts_per_update,), 0, b)
@@ -475,7 +471,7 @@ def _combo_update(state: ComboState, batch: Batch, key: jax.Array, hp: Any, *, c
                     "rollout_reward": jnp.sum(rows.reward * v) / n_valid,
                     "rollout_terminal": jnp.sum(rows.terminal * v) / n_valid,
                     "buffer_filled": buffer.filled.astype(jnp.float32) / buffer.valid.shape[0]})
-    return ComboState(agent=agent, dynamics=dyn, buffer=buffer), metrics
+    return ComboState(agent=agent, dynamics=dyn, buffer=buffer, stats=state.stats), metrics
 
 
 def _check_terminal_fn(terminal_fn: TerminalFn | None) -> None:
@@ -510,30 +506,31 @@ def make_combo(spec: Spec, net: NetConfig = SAC_NET, config: ComboConfig = Combo
             with_lagrange=jnp.float32(0.0), target_action_gap=jnp.float32(10.0),
             alpha_prime_lr=jnp.float32(3e-4), **_model_defaults(spec_))
 
-    def init(key: jax.Array, spec_: Spec, hp: ComboHyperparams) -> ComboState:
+    def init(key: jax.Array, spec_: Spec, stats: DataStats, hp: ComboHyperparams) -> ComboState:
         agent_key, model_key = jax.random.split(key)
-        return ComboState(agent=init_continuous_cql(actor, critic, agent_key, spec_, hp),
-                          dynamics=init_dynamics(ensemble, config.dynamics, model_key, input_dim),
-                          buffer=init_model_buffer(spec_, config.buffer_capacity))
+        return ComboState(agent=init_continuous_cql(actor, critic, agent_key, spec_, stats, hp),
+                          dynamics=init_dynamics(ensemble, config.dynamics, model_key, input_dim, hp.model_lr),
+                          buffer=init_model_buffer(spec_, config.buffer_capacity), stats=stats)
 
     def policy(agent: ContinuousCQLState, s, e, k, hp):
-        obs = hp.normalizer.observation(jnp.concatenate([s, e], axis=-1))
+        obs = agent.stats.observation(jnp.concatenate([s, e], axis=-1))
         mean, log_std = actor.apply(agent.actor_params, obs)
         return sample_tanh_gaussian(k, mean, log_std)[0]
 
     def agent_step(agent, rows, weights, k, hp):
         return continuous_cql_step(actor, critic, agent, rows, weights, k, hp, hp.beta, config.num_action_samples)
 
-    def update(state: ComboState, batch: Batch, key: jax.Array,
-               hp: ComboHyperparams) -> tuple[ComboState, dict[str, jax.Array]]:
+    def update(state: ComboState, batch: Batch, key: jax.Array, hp: ComboHyperparams,
+               data: Datasets) -> tuple[ComboState, dict[str, jax.Array]]:
         """Dynamics step, rollouts into the model buffer, CQL step on dataset ⊕ model rows."""
+        del data
         return _combo_update(state, batch, key, hp, config=config, ensemble=ensemble, num_actions=None,
                              policy=policy, agent_step=agent_step, terminal_fn=terminal_fn)
 
     def act(state: ComboState, obs: jax.Array, key: jax.Array, hp: ComboHyperparams,
             deterministic: bool = True) -> jax.Array:
         """obs (B, S+E) raw -> (B, A) in [−1, 1]: tanh(μ), or a sample of π."""
-        return act_tanh_gaussian(actor, state.agent.actor_params, hp.normalizer.observation(obs), key,
+        return act_tanh_gaussian(actor, state.agent.actor_params, state.stats.observation(obs), key,
                                  deterministic)
 
     return Algorithm(name="combo", init=init, update=update, act=act, default_hp=default_hp)
@@ -564,12 +561,11 @@ def make_discrete_combo(spec: Spec, net: NetConfig = NetConfig(), config: ComboC
                                         target_update_interval=jnp.int32(8000), target_tau=jnp.float32(1.0),
                                         **_model_defaults(spec_))
 
-    def init(key: jax.Array, spec_: Spec, hp: DiscreteComboHyperparams) -> ComboState:
-        del hp
+    def init(key: jax.Array, spec_: Spec, stats: DataStats, hp: DiscreteComboHyperparams) -> ComboState:
         agent_key, model_key = jax.random.split(key)
-        return ComboState(agent=init_discrete_q(model, agent_key, spec_),
-                          dynamics=init_dynamics(ensemble, config.dynamics, model_key, input_dim),
-                          buffer=init_model_buffer(spec_, config.buffer_capacity))
+        return ComboState(agent=init_discrete_q(model, agent_key, spec_, hp.learning_rate),
+                          dynamics=init_dynamics(ensemble, config.dynamics, model_key, input_dim, hp.model_lr),
+                          buffer=init_model_buffer(spec_, config.buffer_capacity), stats=stats)
 
     def policy(agent: CQLState, s, e, k, hp):
         del hp
@@ -579,9 +575,10 @@ def make_discrete_combo(spec: Spec, net: NetConfig = NetConfig(), config: ComboC
         del k
         return discrete_cql_step(model, agent, rows, weights, hp, hp.beta, double_q)
 
-    def update(state: ComboState, batch: Batch, key: jax.Array,
-               hp: DiscreteComboHyperparams) -> tuple[ComboState, dict[str, jax.Array]]:
+    def update(state: ComboState, batch: Batch, key: jax.Array, hp: DiscreteComboHyperparams,
+               data: Datasets) -> tuple[ComboState, dict[str, jax.Array]]:
         """Dynamics step, Boltzmann-policy rollouts into the model buffer, CQL step on dataset ⊕ model rows."""
+        del data
         return _combo_update(state, batch, key, hp, config=config, ensemble=ensemble,
                              num_actions=spec.action_dim, policy=policy, agent_step=agent_step,
                              terminal_fn=terminal_fn)

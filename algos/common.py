@@ -46,8 +46,7 @@ from imaginejax.data.types import Transitions
 
 PyTree = Any
 
-# Stateless transformation object: only its ``init`` / ``update`` functions are used.
-_ADAM = optax.scale_by_adam()
+
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -114,27 +113,17 @@ def periodic_polyak_update(target: PyTree, online: PyTree, count: jax.Array, int
 # ---------------------------------------------------------------------------------------------------
 # Optimisation
 # ---------------------------------------------------------------------------------------------------
-def adam_init(params: PyTree) -> optax.OptState:
-    """Adam moments (and count) for ``params``."""
-    return _ADAM.init(params)
+def adam(learning_rate: jax.Array | float) -> optax.GradientTransformation:
+    """Adam whose learning rate η is a number in its state (``opt_state.hyperparams``), written at
+    ``init`` from ``hp``: traced, so it vmaps over runs like a seed."""
+    # β1, β2, ε stay Python constants (static): traced, their f32 arithmetic would differ in the last bit.
+    return optax.inject_hyperparams(optax.adam, static_args=("b1", "b2", "eps", "eps_root"))(learning_rate=learning_rate)
 
 
-def adam_step(params: PyTree, grads: PyTree, opt_state: optax.OptState,
-              learning_rate: jax.Array | float) -> tuple[PyTree, optax.OptState]:
-    """One Adam step θ ← θ − η · u(g) with a traced learning rate η.
-
-    Args:
-      params: parameters θ.
-      grads: gradients g (same structure).
-      opt_state: Adam state from :func:`adam_init` / a previous step.
-      learning_rate: () η, traced (from ``hp``), so learning rates vmap like seeds.
-
-    Returns:
-      (new params, new Adam state).
-    """
-    direction, opt_state = _ADAM.update(grads, opt_state, params)
-    params = jax.tree.map(lambda p, d: p - learning_rate * d, params, direction)
-    return params, opt_state
+def adam_step(params: PyTree, grads: PyTree, opt_state: optax.OptState) -> tuple[PyTree, optax.OptState]:
+    """θ ← θ − η · Adam(g) with the η stored in ``opt_state`` (see :func:`adam`)."""
+    updates, opt_state = adam(0.0).update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state
 
 
 def masked_step(do: jax.Array, new: PyTree, old: PyTree) -> PyTree:
@@ -150,37 +139,29 @@ def masked_step(do: jax.Array, new: PyTree, old: PyTree) -> PyTree:
 # State normalisation
 # ---------------------------------------------------------------------------------------------------
 @struct.dataclass
-class StateNormalizer:
-    """s̃ = (s − mean) / std over the state part of the observation.
+class DataStats:
+    """Statistics of the real dataset that an algorithm's ``init`` writes into its state.
 
-    Design: the normaliser is carried in the algorithm's ``hp`` rather than computed in ``init``. The
-    contract ``init(key, spec, hp)`` does not see the data (the engine calls it before sampling), and
-    ``act(state, obs, key, hp, ...)`` sees ``hp``, so putting μ, σ in ``hp`` keeps the contract and the
-    engine unchanged, makes evaluation normalise exactly like training, and lets runs that train on
-    different data carry different statistics in one vmapped call. ``default_hp`` holds the identity
-    (0, 1); set the real statistics with :meth:`from_transitions` before training.
+    The state normaliser s̃ = (s − mean) / std (σ includes ε = 1e-3, as TD3+BC): only the state part of an
+    observation is normalised, never the instruction embedding. Imaginary states may be illegal, so the
+    statistics come from the real buffer alone.
 
     Attributes:
       mean: (S,) float32 μ.
-      std: (S,) float32 σ, already including the ε that guards constant dimensions.
+      std: (S,) float32 σ + ε.
     """
 
     mean: jax.Array
     std: jax.Array
 
     @classmethod
-    def identity(cls, state_dim: int) -> "StateNormalizer":
+    def identity(cls, state_dim: int) -> "DataStats":
         """μ = 0, σ = 1: no normalisation."""
         return cls(mean=jnp.zeros((state_dim,), jnp.float32), std=jnp.ones((state_dim,), jnp.float32))
 
     @classmethod
-    def from_transitions(cls, real: Transitions, eps: float = 1e-3) -> "StateNormalizer":
-        """μ, σ + ε of the states of the *real* buffer (K, S); imaginary states may be illegal.
-
-        Args:
-          real: the real transition buffer.
-          eps: added to the standard deviation (TD3+BC uses 1e-3).
-        """
+    def from_transitions(cls, real: Transitions, eps: float = 1e-3) -> "DataStats":
+        """μ, σ + ε of the states (K, S) of the real buffer."""
         states = jnp.asarray(real.state, jnp.float32)
         return cls(mean=states.mean(0), std=states.std(0) + eps)
 
@@ -192,6 +173,30 @@ class StateNormalizer:
         """(..., S+E) -> (..., S+E): normalises the first S columns, leaves the embedding as is."""
         s = self.mean.shape[-1]
         return jnp.concatenate([self(obs[..., :s]), obs[..., s:]], axis=-1)
+
+
+@struct.dataclass
+class Datasets:
+    """The interval's training data, for updates that read more than their batch (PRDC's search).
+
+    They are arguments of the engine's compiled call, shared (unbatched) by all vmapped runs.
+
+    Attributes:
+      real: the real transitions.
+      imag: the imaginary transitions (a one-row placeholder when there are none).
+      imag_rows: (2,) int32 (start, count): the run's own rows of ``imag``.
+    """
+
+    real: Transitions
+    imag: Transitions
+    imag_rows: jax.Array
+
+    @classmethod
+    def of(cls, real: Transitions, imag: Transitions, imag_rows: jax.Array | None = None) -> "Datasets":
+        """``imag_rows`` None: every row of ``imag``."""
+        if imag_rows is None:
+            imag_rows = jnp.array([0, imag.state.shape[0]], jnp.int32)
+        return cls(real=real, imag=imag, imag_rows=jnp.asarray(imag_rows, jnp.int32))
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -92,7 +92,7 @@ import optax
 from flax import struct
 
 from imaginejax.algos.base import Algorithm, Spec
-from imaginejax.algos.common import (StateNormalizer, TwinCritic, adam_init, adam_step, huber, masked_step,
+from imaginejax.algos.common import (DataStats, Datasets, TwinCritic, adam, adam_step, huber, masked_step,
                                      periodic_polyak_update, polyak_update, td_target)
 from imaginejax.algos.networks import EncodedMLP, NetConfig
 from imaginejax.algos.sac import (SAC_NET, TanhGaussianActor, sac_actor_loss, sample_tanh_gaussian,
@@ -239,7 +239,7 @@ def discrete_cql_step(model: EncodedMLP, state: CQLState, batch: Batch, weights:
                         weights)
 
     grads, metrics = jax.grad(loss_fn, has_aux=True)(state.params)
-    params, opt_state = adam_step(state.params, grads, state.opt_state, hp.learning_rate)
+    params, opt_state = adam_step(state.params, grads, state.opt_state)
     count = state.step + 1
     target_params = periodic_polyak_update(state.target_params, params, count,
                                            hp.target_update_interval, hp.target_tau)
@@ -247,10 +247,10 @@ def discrete_cql_step(model: EncodedMLP, state: CQLState, batch: Batch, weights:
     return CQLState(params=params, target_params=target_params, opt_state=opt_state, step=count), metrics
 
 
-def init_discrete_q(model: EncodedMLP, key: jax.Array, spec: Spec) -> CQLState:
+def init_discrete_q(model: EncodedMLP, key: jax.Array, spec: Spec, learning_rate: jax.Array) -> CQLState:
     """A fresh :class:`CQLState` for ``model`` (target = online parameters, zero Adam moments)."""
     params = model.init(key, jnp.zeros((1, spec.obs_dim), jnp.float32))
-    return CQLState(params=params, target_params=params, opt_state=adam_init(params),
+    return CQLState(params=params, target_params=params, opt_state=adam(learning_rate).init(params),
                     step=jnp.zeros((), jnp.int32))
 
 
@@ -282,14 +282,14 @@ def make_cql(spec: Spec, net: NetConfig = NetConfig(), double_q: bool = True) ->
                               gamma=jnp.float32(0.99), target_update_interval=jnp.int32(8000),
                               target_tau=jnp.float32(1.0))
 
-    def init(key: jax.Array, spec_: Spec, hp: CQLHyperparams) -> CQLState:
-        del hp
-        return init_discrete_q(model, key, spec_)
+    def init(key: jax.Array, spec_: Spec, stats: DataStats, hp: CQLHyperparams) -> CQLState:
+        del stats
+        return init_discrete_q(model, key, spec_, hp.learning_rate)
 
-    def update(state: CQLState, batch: Batch, key: jax.Array,
-               hp: CQLHyperparams) -> tuple[CQLState, dict[str, jax.Array]]:
+    def update(state: CQLState, batch: Batch, key: jax.Array, hp: CQLHyperparams,
+               data: Datasets) -> tuple[CQLState, dict[str, jax.Array]]:
         """One gradient step on a batch of B transitions; metrics are pre-update batch means."""
-        del key
+        del key, data
         return discrete_cql_step(model, state, batch, RowWeights.uniform(batch.reward.shape[0]), hp,
                                  hp.alpha, double_q)
 
@@ -322,7 +322,6 @@ class ContinuousCQLHyperparams:
       with_lagrange: 0.0 (off, default) or 1.0 (α' tuned by dual gradient descent).
       target_action_gap: τ_gap of the Lagrangian variant (10).
       alpha_prime_lr: Adam step of log α' (3e-4).
-      normalizer: state statistics (identity by default; ``StateNormalizer.from_transitions(real)``).
     """
 
     actor_lr: jax.Array
@@ -337,7 +336,6 @@ class ContinuousCQLHyperparams:
     with_lagrange: jax.Array
     target_action_gap: jax.Array
     alpha_prime_lr: jax.Array
-    normalizer: StateNormalizer
 
 
 def continuous_cql_default_hp(spec: Spec) -> ContinuousCQLHyperparams:
@@ -347,8 +345,7 @@ def continuous_cql_default_hp(spec: Spec) -> ContinuousCQLHyperparams:
         gamma=jnp.float32(0.99), tau=jnp.float32(0.005), alpha=jnp.float32(5.0),
         init_temperature=jnp.float32(1.0), target_entropy=jnp.float32(-spec.action_dim),
         backup_entropy=jnp.float32(0.0), with_lagrange=jnp.float32(0.0),
-        target_action_gap=jnp.float32(10.0), alpha_prime_lr=jnp.float32(3e-4),
-        normalizer=StateNormalizer.identity(spec.state_dim))
+        target_action_gap=jnp.float32(10.0), alpha_prime_lr=jnp.float32(3e-4))
 
 
 @struct.dataclass
@@ -362,6 +359,7 @@ class ContinuousCQLState:
       log_alpha_prime: () log α' (Lagrangian variant; unchanged when it is off).
       actor_opt, critic_opt, temperature_opt, alpha_prime_opt: Adam states.
       step: () int32 updates done.
+      stats: the real data's state statistics.
     """
 
     actor_params: dict
@@ -374,10 +372,11 @@ class ContinuousCQLState:
     temperature_opt: optax.OptState
     alpha_prime_opt: optax.OptState
     step: jax.Array
+    stats: DataStats
 
 
 def init_continuous_cql(actor: TanhGaussianActor, critic: TwinCritic, key: jax.Array, spec: Spec,
-                        hp: Any) -> ContinuousCQLState:
+                        stats: DataStats, hp: Any) -> ContinuousCQLState:
     """Fresh actor, critics (target = online), log α_ent = log ``hp.init_temperature``, log α' = 0."""
     actor_key, critic_key = jax.random.split(key)
     obs = jnp.zeros((1, spec.obs_dim), jnp.float32)
@@ -388,9 +387,9 @@ def init_continuous_cql(actor: TanhGaussianActor, critic: TwinCritic, key: jax.A
     return ContinuousCQLState(
         actor_params=actor_params, critic_params=critic_params, critic_target=critic_params,
         log_temperature=log_temperature, log_alpha_prime=log_alpha_prime,
-        actor_opt=adam_init(actor_params), critic_opt=adam_init(critic_params),
-        temperature_opt=adam_init(log_temperature), alpha_prime_opt=adam_init(log_alpha_prime),
-        step=jnp.zeros((), jnp.int32))
+        actor_opt=adam(hp.actor_lr).init(actor_params), critic_opt=adam(hp.critic_lr).init(critic_params),
+        temperature_opt=adam(hp.temperature_lr).init(log_temperature),
+        alpha_prime_opt=adam(hp.alpha_prime_lr).init(log_alpha_prime), step=jnp.zeros((), jnp.int32), stats=stats)
 
 
 def cql_action_samples(key: jax.Array, mean: jax.Array, log_std: jax.Array, next_mean: jax.Array,
@@ -504,8 +503,8 @@ def continuous_cql_step(actor: TanhGaussianActor, critic: TwinCritic, state: Con
       push_down, push_up, logsumexp, actor_loss, temperature_loss, temperature, entropy, alpha_prime,
       target_q.
     """
-    obs = hp.normalizer.observation(batch.observation)
-    next_obs = hp.normalizer.observation(batch.next_observation)
+    obs = state.stats.observation(batch.observation)
+    next_obs = state.stats.observation(batch.next_observation)
     k_target, k_samples, k_actor = jax.random.split(key, 3)
     temperature = jnp.exp(state.log_temperature)
 
@@ -543,11 +542,10 @@ def continuous_cql_step(actor: TanhGaussianActor, critic: TwinCritic, state: Con
 
     ap_loss, ap_grad = jax.value_and_grad(alpha_prime_loss_fn)(state.log_alpha_prime)
 
-    critic_params, critic_opt = adam_step(state.critic_params, c_grads, state.critic_opt, hp.critic_lr)
-    actor_params, actor_opt = adam_step(state.actor_params, a_grads, state.actor_opt, hp.actor_lr)
-    log_temperature, temperature_opt = adam_step(state.log_temperature, t_grad, state.temperature_opt,
-                                                 hp.temperature_lr)
-    stepped_ap = adam_step(state.log_alpha_prime, ap_grad, state.alpha_prime_opt, hp.alpha_prime_lr)
+    critic_params, critic_opt = adam_step(state.critic_params, c_grads, state.critic_opt)
+    actor_params, actor_opt = adam_step(state.actor_params, a_grads, state.actor_opt)
+    log_temperature, temperature_opt = adam_step(state.log_temperature, t_grad, state.temperature_opt)
+    stepped_ap = adam_step(state.log_alpha_prime, ap_grad, state.alpha_prime_opt)
     log_alpha_prime, alpha_prime_opt = masked_step(lagrange, stepped_ap,
                                                    (state.log_alpha_prime, state.alpha_prime_opt))
     new_state = ContinuousCQLState(
@@ -555,7 +553,7 @@ def continuous_cql_step(actor: TanhGaussianActor, critic: TwinCritic, state: Con
         critic_target=polyak_update(state.critic_target, critic_params, hp.tau),
         log_temperature=log_temperature, log_alpha_prime=log_alpha_prime, actor_opt=actor_opt,
         critic_opt=critic_opt, temperature_opt=temperature_opt, alpha_prime_opt=alpha_prime_opt,
-        step=state.step + 1)
+        step=state.step + 1, stats=state.stats)
     metrics = {"loss": c_loss, "critic_loss": c_loss, **c_metrics, "actor_loss": a_loss,
                "temperature_loss": t_loss, "temperature": temperature,
                "entropy": -jnp.sum(weights.actor * log_prob), "alpha_prime": jnp.where(lagrange, alpha_prime, 1.0),
@@ -588,19 +586,20 @@ def make_continuous_cql(spec: Spec, net: NetConfig = SAC_NET, num_action_samples
     actor = TanhGaussianActor(net, spec.action_dim)
     critic = TwinCritic(net)
 
-    def init(key: jax.Array, spec_: Spec, hp: ContinuousCQLHyperparams) -> ContinuousCQLState:
-        return init_continuous_cql(actor, critic, key, spec_, hp)
+    def init(key: jax.Array, spec_: Spec, stats: DataStats, hp: ContinuousCQLHyperparams) -> ContinuousCQLState:
+        return init_continuous_cql(actor, critic, key, spec_, stats, hp)
 
-    def update(state: ContinuousCQLState, batch: Batch, key: jax.Array,
-               hp: ContinuousCQLHyperparams) -> tuple[ContinuousCQLState, dict[str, jax.Array]]:
+    def update(state: ContinuousCQLState, batch: Batch, key: jax.Array, hp: ContinuousCQLHyperparams,
+               data: Datasets) -> tuple[ContinuousCQLState, dict[str, jax.Array]]:
         """One update on a batch of B transitions (uniform weights); metrics are pre-update."""
+        del data
         return continuous_cql_step(actor, critic, state, batch, RowWeights.uniform(batch.reward.shape[0]), key,
                                    hp, hp.alpha, num_action_samples)
 
     def act(state: ContinuousCQLState, obs: jax.Array, key: jax.Array, hp: ContinuousCQLHyperparams,
             deterministic: bool = True) -> jax.Array:
         """obs (B, S+E) raw -> (B, A) float32 in [−1, 1]: tanh(μ), or a sample of π."""
-        return act_tanh_gaussian(actor, state.actor_params, hp.normalizer.observation(obs), key, deterministic)
+        return act_tanh_gaussian(actor, state.actor_params, state.stats.observation(obs), key, deterministic)
 
     return Algorithm(name="cql_continuous", init=init, update=update, act=act,
                      default_hp=continuous_cql_default_hp)

@@ -8,7 +8,7 @@ Model. N = 7 Gaussian MLPs (4×200 swish layers by default), each mapping the in
 to a diagonal Gaussian over y = (Δs̃, r) ∈ R^{S+1}, with Δs̃ = (s' − s)/σ the state change in normalised
 units (so every state dimension has unit scale whatever its physical range) and r the reward. Input
 normalisation uses the real buffer's statistics (μ, σ) carried in the algorithm's ``hp.normalizer``
-(:class:`~imaginejax.algos.common.StateNormalizer`), the same ones the agent uses. Each member outputs
+(:class:`~imaginejax.algos.common.DataStats`), the same ones the agent uses. Each member outputs
 a mean and a raw log-variance, soft-clamped between learned bounds (as in MBPO/MOPO's ``PE`` models):
 
     log v = max_lv − softplus(max_lv − raw);   log v = min_lv + softplus(log v − min_lv)
@@ -50,7 +50,7 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from imaginejax.algos.common import StateNormalizer, adam_init, adam_step
+from imaginejax.algos.common import DataStats, adam, adam_step
 
 MAX_LOGVAR_INIT = 0.5
 MIN_LOGVAR_INIT = -10.0
@@ -153,16 +153,16 @@ def make_ensemble(config: DynamicsConfig, state_dim: int) -> GaussianEnsemble:
 
 
 def init_dynamics(ensemble: GaussianEnsemble, config: DynamicsConfig, key: jax.Array,
-                  input_dim: int) -> DynamicsState:
+                  input_dim: int, learning_rate: jax.Array) -> DynamicsState:
     """Fresh parameters (independent per member), zero statistics, elites 0..K−1."""
     params = ensemble.init(key, jnp.zeros((1, input_dim), jnp.float32))
-    return DynamicsState(params=params, opt_state=adam_init(params),
+    return DynamicsState(params=params, opt_state=adam(learning_rate).init(params),
                          val_ema=jnp.zeros((config.ensemble_size,), jnp.float32),
                          val_norm=jnp.zeros((), jnp.float32),
                          elites=jnp.arange(config.num_elites, dtype=jnp.int32))
 
 
-def dynamics_inputs(state: jax.Array, embedding: jax.Array, action: jax.Array, normalizer: StateNormalizer,
+def dynamics_inputs(state: jax.Array, embedding: jax.Array, action: jax.Array, normalizer: DataStats,
                     num_actions: int | None) -> jax.Array:
     """x = s̃ ⊕ e ⊕ a.
 
@@ -183,13 +183,13 @@ def dynamics_inputs(state: jax.Array, embedding: jax.Array, action: jax.Array, n
 
 
 def dynamics_targets(state: jax.Array, next_state: jax.Array, reward: jax.Array,
-                     normalizer: StateNormalizer) -> jax.Array:
+                     normalizer: DataStats) -> jax.Array:
     """y = ((s' − s)/σ, r): state, next_state (B, S), reward (B,) -> (B, S + 1)."""
     chex.assert_equal_shape([state, next_state])
     return jnp.concatenate([(next_state - state) / normalizer.std, reward[:, None]], axis=-1)
 
 
-def next_state_from_delta(state: jax.Array, delta: jax.Array, normalizer: StateNormalizer) -> jax.Array:
+def next_state_from_delta(state: jax.Array, delta: jax.Array, normalizer: DataStats) -> jax.Array:
     """s' = s + σ Δs̃ (the inverse of the target's state part): (B, S), (B, S) -> (B, S)."""
     return state + normalizer.std * delta
 
@@ -249,7 +249,7 @@ def select_elites(validation_mse: jax.Array, num_elites: int) -> jax.Array:
 
 def dynamics_step(ensemble: GaussianEnsemble, config: DynamicsConfig, dyn: DynamicsState, inputs: jax.Array,
                   targets: jax.Array, train_weight: jax.Array, holdout: jax.Array, key: jax.Array,
-                  learning_rate: jax.Array | float, weight_decay: jax.Array | float
+                  weight_decay: jax.Array | float
                   ) -> tuple[DynamicsState, dict[str, jax.Array]]:
     """One Adam step of the ensemble on a minibatch, plus the held-out statistics and elites.
 
@@ -260,7 +260,7 @@ def dynamics_step(ensemble: GaussianEnsemble, config: DynamicsConfig, dyn: Dynam
       train_weight: (B,) weight of each row in training (0 excludes it; e.g. down-weighted imaginary rows).
       holdout: (B,) bool, validation rows (never trained on; their MSE ranks the members).
       key: PRNG key for the bootstrap weights.
-      learning_rate, weight_decay: () traced.
+      weight_decay: () traced (the learning rate is in ``dyn.opt_state``).
 
     Returns:
       The new state and metrics ``model_nll`` (mean over members of L_m), ``model_val_mse`` (mean over
@@ -282,7 +282,7 @@ def dynamics_step(ensemble: GaussianEnsemble, config: DynamicsConfig, dyn: Dynam
         return loss, (nll, mean)
 
     (_, (nll, mean)), grads = jax.value_and_grad(loss_fn, has_aux=True)(dyn.params)
-    params, opt_state = adam_step(dyn.params, grads, dyn.opt_state, learning_rate)
+    params, opt_state = adam_step(dyn.params, grads, dyn.opt_state)
 
     val = holdout.astype(jnp.float32)
     count = jnp.sum(val)

@@ -42,7 +42,7 @@ cases where the exact neighbour is the query's own row. Recall and the distance 
 neighbour are measured by ``experiments/benchmarks/prdc_nn_search.py``.
 
 The buffers are the engine's datasets, passed in (never closure constants): see
-:class:`ConstraintData` and :func:`imaginejax.algos.prdc.bind_datasets`.
+:class:`~imaginejax.algos.common.Datasets`.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from imaginejax.algos.common import StateNormalizer
+from imaginejax.algos.common import DataStats, Datasets
 from imaginejax.data.types import Transitions
 
 # Rows per block of the two-pass argmin: pass 1 keeps, per query, the block holding the smallest value
@@ -63,22 +63,6 @@ BLOCK = 64
 # Instruction tables with at most this many rows fold the embedding distance into the chunk's matrix
 # product (one-hot columns); larger tables gather it from the (B, M) table instead.
 FOLD_INSTRUCTIONS = 64
-
-
-@struct.dataclass
-class ConstraintData:
-    """The datasets a constrained policy is regularised towards (the run's real and imaginary buffers).
-
-    Attributes:
-      real: the real transitions (K_r rows, (M_r, E) instruction table).
-      imag: the imaginary transitions (K_i rows, (M_i, E) table); a one-row placeholder when there are none.
-      imag_rows: (2,) int32 (start, count): only rows [start, start + count) of ``imag`` are searched (the
-        run's own source when several share the buffer); None: all of them.
-    """
-
-    real: Transitions
-    imag: Transitions
-    imag_rows: jax.Array | None = None
 
 
 @struct.dataclass
@@ -119,7 +103,7 @@ def embedding_distances(query_embedding: jax.Array, table: jax.Array, beta: jax.
     return jnp.square(beta) * jnp.maximum(sq, 0.0)
 
 
-def _keys(data_state: jax.Array, data_action: jax.Array, normalizer: StateNormalizer, beta: jax.Array | float,
+def _keys(data_state: jax.Array, data_action: jax.Array, normalizer: DataStats, beta: jax.Array | float,
           num_actions: int | None) -> jax.Array:
     """y_j = (β s̃_j, φ(a_j)): (c, S), (c,) or (c, A) -> (c, S + A')."""
     return jnp.concatenate([beta * normalizer(data_state), action_features(data_action, num_actions)], -1)
@@ -133,7 +117,7 @@ def _chunk_sizes(num_rows: int, chunk: int, block: int) -> tuple[int, int]:
 
 
 def nearest_row(query_state: jax.Array, query_embedding: jax.Array, query_action: jax.Array, data: Transitions,
-                normalizer: StateNormalizer, beta: jax.Array | float, *, chunk: int,
+                normalizer: DataStats, beta: jax.Array | float, *, chunk: int,
                 num_actions: int | None = None, allowed: jax.Array | bool = True,
                 block: int = BLOCK, window: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
     """Exact nearest row of one buffer in the joint space (chunked brute force, see the module docstring).
@@ -210,7 +194,7 @@ def nearest_row(query_state: jax.Array, query_embedding: jax.Array, query_action
 
 
 def joint_distance(query_state: jax.Array, query_embedding: jax.Array, query_action: jax.Array, data: Transitions,
-                   index: jax.Array, normalizer: StateNormalizer, beta: jax.Array | float,
+                   index: jax.Array, normalizer: DataStats, beta: jax.Array | float,
                    num_actions: int | None = None) -> jax.Array:
     """d(b, index_b) computed directly as a sum of squared differences: (B, ...) queries, index (B,) -> (B,)."""
     y = _keys(data.state[index], data.action[index], normalizer, beta, num_actions)
@@ -245,7 +229,7 @@ def rows_as_buffer(state: jax.Array, embedding: jax.Array, action: jax.Array) ->
 
 
 def nearest_neighbor(query_state: jax.Array, query_embedding: jax.Array, query_action: jax.Array,
-                     data: ConstraintData, normalizer: StateNormalizer, beta: jax.Array | float, *, chunk: int,
+                     data: Datasets, normalizer: DataStats, beta: jax.Array | float, *, chunk: int,
                      num_actions: int | None = None, use_real: jax.Array | bool = True,
                      use_imag: jax.Array | bool = True, subset: int | None = None, key: jax.Array | None = None,
                      candidates: tuple[Transitions, jax.Array] | None = None) -> Neighbor:

@@ -80,16 +80,15 @@ import jax.numpy as jnp
 from flax import struct
 
 from imaginejax.algos.base import Algorithm, Spec
-from imaginejax.algos.common import StateNormalizer, TwinCritic, TwinDiscreteCritic
+from imaginejax.algos.common import Datasets, TwinCritic, TwinDiscreteCritic
 from imaginejax.algos.cql import take_action_values
-from imaginejax.algos.neighbors import ConstraintData, Neighbor, nearest_neighbor, rows_as_buffer
+from imaginejax.algos.neighbors import Neighbor, nearest_neighbor, rows_as_buffer
 from imaginejax.algos.networks import EncodedMLP, NetConfig
-from imaginejax.algos.td3bc import TD3BCState, td3bc_act, td3bc_init, td3bc_step, with_normalizer
+from imaginejax.algos.td3bc import TD3BCState, td3bc_act, td3bc_init, td3bc_step
 from imaginejax.algos.td3bc_discrete import categorical_act, discrete_td3bc_step
-from imaginejax.data.types import Batch, Transitions
+from imaginejax.data.types import Batch
 
-__all__ = ["DiscretePRDCHyperparams", "PRDCHyperparams", "bind_datasets", "make_discrete_prdc", "make_prdc",
-           "with_normalizer"]
+__all__ = ["DiscretePRDCHyperparams", "PRDCHyperparams", "make_discrete_prdc", "make_prdc"]
 
 # Dataset rows per step of the chunked search (rounded down to whole blocks of neighbors.BLOCK rows).
 DEFAULT_CHUNK = 4096
@@ -115,8 +114,6 @@ class PRDCHyperparams:
     policy_freq: jax.Array
     alpha: jax.Array
     beta: jax.Array
-    normalizer: StateNormalizer
-    search: ConstraintData | None = None
 
 
 @struct.dataclass
@@ -137,36 +134,6 @@ class DiscretePRDCHyperparams:
     policy_freq: jax.Array
     alpha: jax.Array
     beta: jax.Array
-    normalizer: StateNormalizer
-    search: ConstraintData | None = None
-
-
-Hyperparams = PRDCHyperparams | DiscretePRDCHyperparams
-
-
-def bind_datasets(hp: Hyperparams, real: Transitions, imag: Transitions,
-                  imag_rows: jax.Array | None = None) -> Hyperparams:
-    """``hp`` with the datasets to search bound in (call it inside the compiled function that receives them).
-
-    Args:
-      hp: PRDC hyperparameters (of one run, or with a leading run axis outside ``vmap``).
-      real: the real transitions.
-      imag: the imaginary transitions (a :func:`~imaginejax.data.transitions.placeholder_like` buffer when
-        there are none; it is searched only for batches that hold imaginary rows).
-      imag_rows: optional (2,) int32 (start, count): the run's own rows of ``imag`` (None: all of them).
-    """
-    if imag_rows is None:
-        imag_rows = jnp.array([0, imag.state.shape[0]], jnp.int32)
-    return hp.replace(search=ConstraintData(real=real, imag=imag, imag_rows=jnp.asarray(imag_rows, jnp.int32)))
-
-
-def _require_search(hp: Hyperparams) -> ConstraintData:
-    if hp.search is None:
-        raise ValueError(
-            "PRDC's regulariser searches the training datasets, but hp.search is None: train with "
-            "imaginejax.engine.make_train (it binds them through Algorithm.bind_data), or call update with "
-            "hp = bind_datasets(hp, real, imag)")
-    return hp.search
 
 
 def _neighbor_metrics(nn: Neighbor) -> dict[str, jax.Array]:
@@ -214,10 +181,10 @@ def make_prdc(spec: Spec, net: NetConfig = NetConfig(), chunk: int = DEFAULT_CHU
         f = jnp.float32
         return PRDCHyperparams(actor_lr=f(3e-4), critic_lr=f(3e-4), gamma=f(0.99), tau=f(0.005),
                                policy_noise=f(0.2), noise_clip=f(0.5), policy_freq=jnp.int32(2), alpha=f(2.5),
-                               beta=f(2.0), normalizer=StateNormalizer.identity(spec_.state_dim))
+                               beta=f(2.0))
 
-    def update(state: TD3BCState, batch: Batch, key: jax.Array,
-               hp: PRDCHyperparams) -> tuple[TD3BCState, dict[str, jax.Array]]:
+    def update(state: TD3BCState, batch: Batch, key: jax.Array, hp: PRDCHyperparams,
+               data: Datasets) -> tuple[TD3BCState, dict[str, jax.Array]]:
         """TD3+BC's critic step every update; the actor step (towards the nearest neighbour's action) and
         the targets every ``policy_freq``-th update.
 
@@ -226,13 +193,12 @@ def make_prdc(spec: Spec, net: NetConfig = NetConfig(), chunk: int = DEFAULT_CHU
         nn_distance, nn_imaginary (fraction of neighbours from the imaginary buffer), q1_data, target_q,
         actor_updated.
         """
-        search = _require_search(hp)
         search_key = None
         if subset is not None:
             key, search_key = jax.random.split(key)
 
         def neighbour_action(pi: jax.Array, rows: Batch) -> tuple[jax.Array, dict[str, jax.Array]]:
-            nn = nearest_neighbor(rows.state, rows.embedding, pi, search, hp.normalizer, hp.beta, chunk=chunk,
+            nn = nearest_neighbor(rows.state, rows.embedding, pi, data, state.stats, hp.beta, chunk=chunk,
                                   use_real=~jnp.all(rows.imaginary), use_imag=jnp.any(rows.imaginary),
                                   **_approximate(subset, search_key, rows))
             return nn.action, {"data_mse": jnp.square(pi - rows.action).mean(), **_neighbor_metrics(nn)}
@@ -241,7 +207,7 @@ def make_prdc(spec: Spec, net: NetConfig = NetConfig(), chunk: int = DEFAULT_CHU
 
     # Acting and the initial state are TD3+BC's.
     return Algorithm(name="prdc", init=td3bc_init(actor, critic), update=update, act=td3bc_act(actor),
-                     default_hp=default_hp, bind_data=bind_datasets)
+                     default_hp=default_hp)
 
 
 def make_discrete_prdc(spec: Spec, net: NetConfig = NetConfig(), chunk: int = DEFAULT_CHUNK,
@@ -268,11 +234,10 @@ def make_discrete_prdc(spec: Spec, net: NetConfig = NetConfig(), chunk: int = DE
     def default_hp(spec_: Spec) -> DiscretePRDCHyperparams:
         f = jnp.float32
         return DiscretePRDCHyperparams(actor_lr=f(3e-4), critic_lr=f(3e-4), gamma=f(0.99), tau=f(0.005),
-                                       policy_freq=jnp.int32(2), alpha=f(2.5), beta=f(2.0),
-                                       normalizer=StateNormalizer.identity(spec_.state_dim))
+                                       policy_freq=jnp.int32(2), alpha=f(2.5), beta=f(2.0))
 
-    def update(state: TD3BCState, batch: Batch, key: jax.Array,
-               hp: DiscretePRDCHyperparams) -> tuple[TD3BCState, dict[str, jax.Array]]:
+    def update(state: TD3BCState, batch: Batch, key: jax.Array, hp: DiscretePRDCHyperparams,
+               data: Datasets) -> tuple[TD3BCState, dict[str, jax.Array]]:
         """Discrete TD3+BC's critic step every update; the actor step (cross-entropy to the nearest
         neighbour's action) and the targets every ``policy_freq``-th update.
 
@@ -281,11 +246,10 @@ def make_discrete_prdc(spec: Spec, net: NetConfig = NetConfig(), chunk: int = DE
         action), data_cross_entropy (to the batch's own actions), nn_distance, nn_imaginary, q1_data,
         target_q, actor_updated.
         """
-        search = _require_search(hp)
 
         def neighbour_action(logits: jax.Array, rows: Batch) -> tuple[jax.Array, dict[str, jax.Array]]:
             probs = jax.nn.softmax(logits, axis=-1)
-            nn = nearest_neighbor(rows.state, rows.embedding, probs, search, hp.normalizer, hp.beta,
+            nn = nearest_neighbor(rows.state, rows.embedding, probs, data, state.stats, hp.beta,
                                   chunk=chunk, num_actions=num_actions, use_real=~jnp.all(rows.imaginary),
                                   use_imag=jnp.any(rows.imaginary), **_approximate(subset, key, rows))
             log_probs = jax.nn.log_softmax(logits, axis=-1)
@@ -296,4 +260,4 @@ def make_discrete_prdc(spec: Spec, net: NetConfig = NetConfig(), chunk: int = DE
 
     # Acting and the initial state are discrete TD3+BC's.
     return Algorithm(name="prdc_discrete", init=td3bc_init(actor, critic), update=update,
-                     act=categorical_act(actor), default_hp=default_hp, bind_data=bind_datasets)
+                     act=categorical_act(actor), default_hp=default_hp)

@@ -42,7 +42,7 @@ import optax
 from flax import struct
 
 from imaginejax.algos.base import Algorithm, Spec
-from imaginejax.algos.common import (StateNormalizer, TwinCritic, adam_init, adam_step, first_critic_apply,
+from imaginejax.algos.common import (DataStats, Datasets, TwinCritic, adam, adam_step, first_critic_apply,
                                      masked_step, periodic_polyak_update, td_target, twin_critic_loss)
 from imaginejax.algos.networks import EncodedMLP, NetConfig
 from imaginejax.data.types import Batch
@@ -60,8 +60,6 @@ class TD3BCHyperparams:
       noise_clip: () c, clip of that noise (0.5).
       policy_freq: () int32, actor and targets are updated every ``policy_freq``-th update (2).
       alpha: () α of λ = α / mean|Q| (2.5).
-      normalizer: state statistics (S,), identity by default; set them with
-        ``StateNormalizer.from_transitions(real)`` (see :func:`with_normalizer`).
     """
 
     actor_lr: jax.Array
@@ -72,12 +70,12 @@ class TD3BCHyperparams:
     noise_clip: jax.Array
     policy_freq: jax.Array
     alpha: jax.Array
-    normalizer: StateNormalizer
 
 
 @struct.dataclass
 class TD3BCState:
-    """Actor φ, twin critics θ (stacked, leading axis 2), their targets, Adam states, update count."""
+    """Actor φ, twin critics θ (stacked, leading axis 2), their targets, Adam states, update count and the
+    real data's state statistics."""
 
     actor_params: dict
     critic_params: dict
@@ -86,11 +84,7 @@ class TD3BCState:
     actor_opt: optax.OptState
     critic_opt: optax.OptState
     step: jax.Array
-
-
-def with_normalizer(hp: TD3BCHyperparams, normalizer: StateNormalizer) -> TD3BCHyperparams:
-    """``hp`` with its state statistics replaced (e.g. by ``StateNormalizer.from_transitions(real)``)."""
-    return hp.replace(normalizer=normalizer)
+    stats: DataStats
 
 
 def smoothed_target_action(target_action: jax.Array, noise: jax.Array, policy_noise: jax.Array | float,
@@ -149,7 +143,7 @@ def delayed_policy_step(state: TD3BCState, actor_grads: dict, critic_params: dic
     Returns:
       The new state (step k) and () bool, whether the actor was updated.
     """
-    new_actor, new_actor_opt = adam_step(state.actor_params, actor_grads, state.actor_opt, hp.actor_lr)
+    new_actor, new_actor_opt = adam_step(state.actor_params, actor_grads, state.actor_opt)
     count = state.step + 1
     actor_due = (count % jnp.maximum(hp.policy_freq, 1)) == 0
     actor_params, actor_opt = masked_step(actor_due, (new_actor, new_actor_opt),
@@ -158,7 +152,7 @@ def delayed_policy_step(state: TD3BCState, actor_grads: dict, critic_params: dic
     critic_target = periodic_polyak_update(state.critic_target, critic_params, count, hp.policy_freq, hp.tau)
     return TD3BCState(actor_params=actor_params, critic_params=critic_params, actor_target=actor_target,
                       critic_target=critic_target, actor_opt=actor_opt, critic_opt=critic_opt,
-                      step=count), actor_due
+                      step=count, stats=state.stats), actor_due
 
 
 # The behaviour-cloning target of the actor loss: (policy output without gradient, batch) -> (target,
@@ -212,7 +206,7 @@ def critic_then_actor_step(actor: nn.Module, state: TD3BCState, batch: Batch, ob
         return twin_critic_loss(q, target), q
 
     (c_loss, q_data), c_grads = jax.value_and_grad(critic_loss_fn, has_aux=True)(state.critic_params)
-    critic_params, critic_opt = adam_step(state.critic_params, c_grads, state.critic_opt, hp.critic_lr)
+    critic_params, critic_opt = adam_step(state.critic_params, c_grads, state.critic_opt)
     objective = actor_objective(critic_params)
 
     def actor_loss_fn(params):
@@ -239,8 +233,7 @@ def td3bc_init(actor: nn.Module, critic: nn.Module) -> Callable[[jax.Array, Spec
     The returned ``init`` splits ``key`` into the actor's and the critics' initialisation keys.
     """
 
-    def init(key: jax.Array, spec: Spec, hp: Any) -> TD3BCState:
-        del hp
+    def init(key: jax.Array, spec: Spec, stats: DataStats, hp: Any) -> TD3BCState:
         actor_key, critic_key = jax.random.split(key)
         obs = jnp.zeros((1, spec.obs_dim), jnp.float32)
         actor_params = actor.init(actor_key, obs)
@@ -248,8 +241,9 @@ def td3bc_init(actor: nn.Module, critic: nn.Module) -> Callable[[jax.Array, Spec
         critic_params = critic.init(critic_key, *critic_inputs)
         return TD3BCState(actor_params=actor_params, critic_params=critic_params,
                           actor_target=actor_params, critic_target=critic_params,
-                          actor_opt=adam_init(actor_params), critic_opt=adam_init(critic_params),
-                          step=jnp.zeros((), jnp.int32))
+                          actor_opt=adam(hp.actor_lr).init(actor_params),
+                          critic_opt=adam(hp.critic_lr).init(critic_params), step=jnp.zeros((), jnp.int32),
+                          stats=stats)
 
     return init
 
@@ -274,8 +268,8 @@ def td3bc_step(actor: EncodedMLP, critic: TwinCritic, state: TD3BCState, batch: 
       step, applied only on actor steps), lambda, bc_mse (to the BC target), bc_target's own metrics,
       q1_data, target_q, actor_updated.
     """
-    obs = hp.normalizer.observation(batch.observation)
-    next_obs = hp.normalizer.observation(batch.next_observation)
+    obs = state.stats.observation(batch.observation)
+    next_obs = state.stats.observation(batch.next_observation)
 
     noise = jax.random.normal(key, batch.action.shape, jnp.float32)
     next_action = smoothed_target_action(actor.apply(state.actor_target, next_obs), noise,
@@ -297,7 +291,7 @@ def td3bc_act(actor: EncodedMLP) -> Callable[..., jax.Array]:
     clip(σ_n ε, −c, c) when not deterministic."""
 
     def act(state: TD3BCState, obs: jax.Array, key: jax.Array, hp: Any, deterministic: bool = True) -> jax.Array:
-        action = actor.apply(state.actor_params, hp.normalizer.observation(obs))
+        action = actor.apply(state.actor_params, state.stats.observation(obs))
         if deterministic:
             return action
         noise = jax.random.normal(key, action.shape, jnp.float32)
@@ -322,16 +316,16 @@ def make_td3bc(spec: Spec, net: NetConfig = NetConfig()) -> Algorithm:
         return TD3BCHyperparams(
             actor_lr=jnp.float32(3e-4), critic_lr=jnp.float32(3e-4), gamma=jnp.float32(0.99),
             tau=jnp.float32(0.005), policy_noise=jnp.float32(0.2), noise_clip=jnp.float32(0.5),
-            policy_freq=jnp.int32(2), alpha=jnp.float32(2.5),
-            normalizer=StateNormalizer.identity(spec_.state_dim))
+            policy_freq=jnp.int32(2), alpha=jnp.float32(2.5))
 
-    def update(state: TD3BCState, batch: Batch, key: jax.Array,
-               hp: TD3BCHyperparams) -> tuple[TD3BCState, dict[str, jax.Array]]:
+    def update(state: TD3BCState, batch: Batch, key: jax.Array, hp: TD3BCHyperparams,
+               data: Datasets) -> tuple[TD3BCState, dict[str, jax.Array]]:
         """One critic step and, every ``policy_freq``-th call, one actor step and target update.
 
         Metrics (pre-update batch means): loss (= critic_loss), critic_loss, actor_loss (evaluated
         every step, applied only on actor steps), lambda, bc_mse, q1_data, target_q, actor_updated.
         """
+        del data
         return td3bc_step(actor, critic, state, batch, key, hp)
 
     return Algorithm(name="td3bc", init=td3bc_init(actor, critic), update=update, act=td3bc_act(actor),

@@ -55,7 +55,7 @@ import optax
 from flax import struct
 
 from imaginejax.algos.base import Algorithm, Spec
-from imaginejax.algos.common import StateNormalizer, TwinDiscreteCritic, first_critic_apply, td_target
+from imaginejax.algos.common import Datasets, TwinDiscreteCritic, first_critic_apply, td_target
 from imaginejax.algos.cql import take_action_values
 from imaginejax.algos.networks import EncodedMLP, NetConfig
 from imaginejax.algos.td3bc import BCTarget, TD3BCState, critic_then_actor_step, dataset_action, td3bc_init
@@ -72,7 +72,6 @@ class DiscreteTD3BCHyperparams:
       tau: () Polyak rate of both target networks (0.005).
       policy_freq: () int32, actor and targets are updated every ``policy_freq``-th update (2).
       alpha: () α of λ = α / mean|V^π| (2.5).
-      normalizer: state statistics (S,), identity by default (``StateNormalizer.from_transitions``).
     """
 
     actor_lr: jax.Array
@@ -81,7 +80,6 @@ class DiscreteTD3BCHyperparams:
     tau: jax.Array
     policy_freq: jax.Array
     alpha: jax.Array
-    normalizer: StateNormalizer
 
 
 def expected_next_value(target_logits: jax.Array, q_next: jax.Array) -> jax.Array:
@@ -133,8 +131,8 @@ def discrete_td3bc_step(actor: EncodedMLP, critic: TwinDiscreteCritic, state: TD
       :func:`discrete_actor_loss` (evaluated every step, applied only on actor steps), bc_target's own
       metrics, q1_data, target_q, actor_updated.
     """
-    obs = hp.normalizer.observation(batch.observation)
-    next_obs = hp.normalizer.observation(batch.next_observation)
+    obs = state.stats.observation(batch.observation)
+    next_obs = state.stats.observation(batch.next_observation)
     next_value = expected_next_value(actor.apply(state.actor_target, next_obs),
                                      critic.apply(state.critic_target, next_obs))
     target = jax.lax.stop_gradient(td_target(batch.reward, batch.terminal, next_value, hp.gamma))
@@ -154,7 +152,7 @@ def categorical_act(actor: EncodedMLP) -> Callable[..., jax.Array]:
     -> (B,) int32: argmax_a π(a|o), or a ~ π(·|o) (states normalised with ``hp``)."""
 
     def act(state: TD3BCState, obs: jax.Array, key: jax.Array, hp: Any, deterministic: bool = True) -> jax.Array:
-        logits = actor.apply(state.actor_params, hp.normalizer.observation(obs))
+        logits = actor.apply(state.actor_params, state.stats.observation(obs))
         if deterministic:
             return jnp.argmax(logits, axis=-1).astype(jnp.int32)
         return jax.random.categorical(key, logits).astype(jnp.int32)
@@ -177,17 +175,16 @@ def make_discrete_td3bc(spec: Spec, net: NetConfig = NetConfig()) -> Algorithm:
     def default_hp(spec_: Spec) -> DiscreteTD3BCHyperparams:
         return DiscreteTD3BCHyperparams(
             actor_lr=jnp.float32(3e-4), critic_lr=jnp.float32(3e-4), gamma=jnp.float32(0.99),
-            tau=jnp.float32(0.005), policy_freq=jnp.int32(2), alpha=jnp.float32(2.5),
-            normalizer=StateNormalizer.identity(spec_.state_dim))
+            tau=jnp.float32(0.005), policy_freq=jnp.int32(2), alpha=jnp.float32(2.5))
 
-    def update(state: TD3BCState, batch: Batch, key: jax.Array,
-               hp: DiscreteTD3BCHyperparams) -> tuple[TD3BCState, dict[str, jax.Array]]:
+    def update(state: TD3BCState, batch: Batch, key: jax.Array, hp: DiscreteTD3BCHyperparams,
+               data: Datasets) -> tuple[TD3BCState, dict[str, jax.Array]]:
         """One critic step and, every ``policy_freq``-th call, one actor step and target update.
 
         Metrics (pre-update batch means): loss (= critic_loss), critic_loss, the actor metrics
         (evaluated every step, applied only on actor steps), q1_data, target_q, actor_updated.
         """
-        del key
+        del key, data
         return discrete_td3bc_step(actor, critic, state, batch, hp)
 
     return Algorithm(name="td3bc_discrete", init=td3bc_init(actor, critic), update=update,

@@ -52,7 +52,6 @@ import numpy as np
 from imaginejax import algos as algo_registry
 from imaginejax import envs
 from imaginejax.algos.base import Spec
-from imaginejax.algos.common import StateNormalizer
 from imaginejax.algos.networks import NetConfig
 from imaginejax.config import Config, ConfigError, data_conditions, imagined_levels, level_episodes
 from imaginejax.data import (EnvFacts, TrajectoryDataset, concat_transitions, load_dataset, read_manifest,
@@ -424,8 +423,6 @@ def train_algorithm(config: Config, name: str, spec: Spec, eval_levels: dict[str
                           num_intervals=t.intervals, eval_episodes=t.eval_episodes, run_block=t.run_block or None)
     trainer = make_train(algo, spec, engine, eval_levels)
     base_hp = algo.default_hp(spec)
-    if isinstance(getattr(base_hp, "normalizer", None), StateNormalizer):
-        base_hp = base_hp.replace(normalizer=StateNormalizer.from_transitions(real))
     grid: dict[str, Sequence[float]] = {}
     if settings is not None:
         grid.update({k: [v] for k, v in settings.hp.items()})

@@ -68,6 +68,7 @@ from flax import struct
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from imaginejax.algos.base import Algorithm, Spec
+from imaginejax.algos.common import DataStats, Datasets
 from imaginejax.checkpoint import (CheckpointError, flatten_named, list_checkpoints, load_checkpoint,
                                    save_checkpoint, unflatten_named)
 from imaginejax.data.sampling import sample_mixed
@@ -260,22 +261,21 @@ class Trainer:
         self._compiled: dict[tuple[str, int], tuple[Callable, Callable]] = {}
 
     # -- one run (vmapped over the run axis by the compiled wrappers) -------------------------
-    def _init_one(self, key: jax.Array, hp: PyTree) -> RunState:
+    def _init_one(self, key: jax.Array, hp: PyTree, stats: DataStats) -> RunState:
         init_key, run_key = jax.random.split(key)
-        return RunState(algo=self.algo.init(init_key, self.spec, hp), key=run_key,
+        return RunState(algo=self.algo.init(init_key, self.spec, stats, hp), key=run_key,
                         finite=jnp.asarray(True))
 
     def _interval_one(self, run: RunState, hp: PyTree, ratio: jax.Array, imag_rows: jax.Array,
                       real: Transitions, imag: Transitions, eval_params: Mapping[str, Any]):
         cfg = self.config
-        if self.algo.bind_data is not None:  # the update reads the datasets themselves (e.g. PRDC)
-            hp = self.algo.bind_data(hp, real, imag, imag_rows)
+        data = Datasets.of(real, imag, imag_rows)
 
         def update(carry, _):
             algo_state, key = carry
             key, batch_key, update_key = jax.random.split(key, 3)
             batch = sample_mixed(batch_key, real, imag, cfg.batch_size, ratio, imag_rows)
-            algo_state, metrics = self.algo.update(algo_state, batch, update_key, hp)
+            algo_state, metrics = self.algo.update(algo_state, batch, update_key, hp, data)
             return (algo_state, key), metrics
 
         (algo_state, key), metrics = jax.lax.scan(
@@ -333,7 +333,7 @@ class Trainer:
             # Only where bitwise equality is promised (run_block set): the passes it disables may cost speed.
             options = COMPILER_OPTIONS if platform == "cpu" and self.config.run_block is not None else None
             if mesh is not None:
-                init = jax.shard_map(init, mesh=mesh, in_specs=(P(RUNS), P(RUNS)), out_specs=P(RUNS),
+                init = jax.shard_map(init, mesh=mesh, in_specs=(P(RUNS), P(RUNS), P()), out_specs=P(RUNS),
                                      check_vma=False)
                 interval = jax.shard_map(interval, mesh=mesh, in_specs=(P(RUNS),) * 4 + (P(),) * 3,
                                          out_specs=P(RUNS), check_vma=False)
@@ -342,9 +342,10 @@ class Trainer:
         return self._compiled[tag]
 
     # -- public API ---------------------------------------------------------------------------
-    def init(self, keys: jax.Array, hp: PyTree) -> RunState:
-        """keys (R, 2) uint32; hp with leading axis R -> RunState with leading axis R (one device)."""
-        return self._functions(None)[0](keys, hp)
+    def init(self, keys: jax.Array, hp: PyTree, real: Transitions) -> RunState:
+        """keys (R, 2) uint32; hp with leading axis R; the real transitions (their DataStats go into every
+        run's state) -> RunState with leading axis R (one device)."""
+        return self._functions(None)[0](keys, hp, DataStats.from_transitions(real))
 
     def interval(self, run: RunState, hp: PyTree, ratio: jax.Array, real: Transitions, imag: Transitions,
                  imag_rows: jax.Array | None = None
@@ -375,7 +376,7 @@ class Trainer:
         key = jax.ShapeDtypeStruct((2,), jnp.uint32)
         ratio = jax.ShapeDtypeStruct((), jnp.float32)
         rows = jax.ShapeDtypeStruct((2,), jnp.int32)
-        state = jax.eval_shape(self._init_one, key, hp)
+        state = jax.eval_shape(self._init_one, key, hp, jax.eval_shape(DataStats.from_transitions, real))
         outputs = jax.eval_shape(self._interval_one, state, hp, ratio, rows, real, imag, self.eval_params)[1:]
         batch = jax.eval_shape(lambda k, r: sample_mixed(k, real, imag, self.config.batch_size, r), key, ratio)
         evaluation = 0
@@ -396,7 +397,7 @@ class Trainer:
         ``keys.shape[0]`` runs on one device; compiles that shape (seconds to minutes)."""
         imag = placeholder_like(real) if imag is None else _stack_sources(imag)[0]
         init, interval = self._functions(None)
-        state = jax.eval_shape(init, keys, hp)
+        state = jax.eval_shape(init, keys, hp, jax.eval_shape(DataStats.from_transitions, real))
         ratio = jax.ShapeDtypeStruct((keys.shape[0],), jnp.float32)
         rows = jax.ShapeDtypeStruct((keys.shape[0], 2), jnp.int32)
         stats = interval.lower(state, hp, ratio, rows, real, imag, self.eval_params).compile().memory_analysis()
@@ -454,7 +455,7 @@ class Trainer:
                 raise ValueError("ratio > 0 needs imaginary data: pass imag=... or set ratio=0")
             # Never sampled at ratio 0 (sample_mixed draws round(0·B) = 0 rows from it); a one-row
             # placeholder rather than the real buffer again, so algorithms that read the datasets
-            # themselves (``Algorithm.bind_data``) do not see the real data twice.
+            # themselves (``Datasets``) do not see the real data twice.
             imag = placeholder_like(real)
         imag, bounds = _stack_sources(imag)
         source = np.zeros(num_runs, np.int64) if source is None else np.asarray(source)
@@ -510,7 +511,8 @@ class Trainer:
         padded = -(-n // multiple) * multiple
         index = np.concatenate([runs, np.full(padded - n, runs[-1])])  # padding: copies of the last run
         c_keys, c_hp, c_ratio, c_rows = keys[index], _take_runs(hp, index), ratio[index], imag_rows[index]
-        fingerprint = self._fingerprint(c_keys, c_hp, c_ratio, c_rows, shared)
+        stats = DataStats.from_transitions(shared[0])
+        fingerprint = self._fingerprint(c_keys, (c_hp, stats), c_ratio, c_rows, shared)
         run_sharding = None if mesh is None else NamedSharding(mesh, P(RUNS))
         c_keys, c_hp, c_ratio, c_rows = _place((c_keys, c_hp, c_ratio, c_rows), run_sharding)
         init, interval = self._functions(mesh)
@@ -529,7 +531,7 @@ class Trainer:
                 raise CheckpointError(f"checkpoint {path} belongs to a different sweep (keys, hyperparameters, "
                                       "ratios, engine settings or data shapes differ): resume with the same "
                                       "sweep, or use a new checkpoint_dir")
-            target = jax.eval_shape(init, c_keys, c_hp)
+            target = jax.eval_shape(init, c_keys, c_hp, stats)
             state = _place(unflatten_named(arrays, target, "state", path), run_sharding)
             done = int(manifest["interval"])
             history, frozen_at, task_success = _history_from_arrays(arrays, manifest["meta"], done)
@@ -544,7 +546,7 @@ class Trainer:
         elif metrics_log is not None:
             metrics_log.truncate(chunk_index, 0)
         if state is None:
-            state = init(c_keys, c_hp)
+            state = init(c_keys, c_hp, stats)
 
         for i in range(done, cfg.num_intervals):
             start = time.perf_counter()

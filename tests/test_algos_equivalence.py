@@ -22,10 +22,10 @@ import numpy as np
 import pytest
 
 from imaginejax.algos.base import Spec
-from imaginejax.algos.common import TwinCritic, TwinDiscreteCritic, first_critic_apply
+from imaginejax.algos.common import DataStats, Datasets, TwinCritic, TwinDiscreteCritic, first_critic_apply
 from imaginejax.algos.cql import RowWeights, continuous_cql_critic_objective
 from imaginejax.algos.networks import MLP, LanguageEncoder, NetConfig
-from imaginejax.algos.prdc import bind_datasets, make_discrete_prdc, make_prdc
+from imaginejax.algos.prdc import make_discrete_prdc, make_prdc
 from imaginejax.algos.td3bc import make_td3bc
 from imaginejax.algos.td3bc_discrete import make_discrete_td3bc
 from imaginejax.data.types import Batch, Transitions
@@ -217,15 +217,16 @@ def test_prdc_with_the_row_itself_as_neighbour_is_td3bc_bit_for_bit(discrete):
     td3bc = (make_discrete_td3bc if discrete else make_td3bc)(spec, NET)
     prdc = (make_discrete_prdc if discrete else make_prdc)(spec, NET, chunk=64)
     hp_t = td3bc.default_hp(spec).replace(policy_freq=jnp.int32(1))
-    hp_p = bind_datasets(prdc.default_hp(spec).replace(policy_freq=jnp.int32(1), beta=jnp.float32(1e3)), real,
-                         jax.tree.map(lambda x: x[:1], real))
-    s_t = td3bc.init(jax.random.PRNGKey(2), spec, hp_t)
-    s_p = prdc.init(jax.random.PRNGKey(2), spec, hp_p)
+    hp_p = prdc.default_hp(spec).replace(policy_freq=jnp.int32(1), beta=jnp.float32(1e3))
+    data = Datasets.of(real, jax.tree.map(lambda x: x[:1], real))
+    stats = DataStats.identity(S)
+    s_t = td3bc.init(jax.random.PRNGKey(2), spec, stats, hp_t)
+    s_p = prdc.init(jax.random.PRNGKey(2), spec, stats, hp_p)
     step_t, step_p = jax.jit(td3bc.update), jax.jit(prdc.update)
     for i in range(3):
         key = jax.random.PRNGKey(10 + i)
-        s_t, m_t = step_t(s_t, batch, key, hp_t)
-        s_p, m_p = step_p(s_p, batch, key, hp_p)
+        s_t, m_t = step_t(s_t, batch, key, hp_t, None)
+        s_p, m_p = step_p(s_p, batch, key, hp_p, data)
         # Every neighbour is the row itself: the BC term to it is the one to the batch's own action ...
         np.testing.assert_array_equal(m_p["data_cross_entropy" if discrete else "data_mse"],
                                       m_p["cross_entropy" if discrete else "bc_mse"])

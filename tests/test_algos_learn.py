@@ -19,10 +19,9 @@ import pytest
 import toy_continuous_env as reach
 from imaginejax.algos.base import Spec
 from imaginejax.algos.bcq import make_bcq
-from imaginejax.algos.common import StateNormalizer
 from imaginejax.algos.cql import make_cql
 from imaginejax.algos.networks import NetConfig
-from imaginejax.algos.td3bc import make_td3bc, with_normalizer
+from imaginejax.algos.td3bc import make_td3bc
 from imaginejax.algos.td3bc_discrete import make_discrete_td3bc
 from imaginejax.data.transitions import to_transitions
 from imaginejax.engine import EngineConfig, broadcast_runs, make_train
@@ -97,7 +96,7 @@ def reach_setup():
     env = reach.ContinuousReachEnv()
     cfg = EngineConfig(batch_size=64, updates_per_interval=200, num_intervals=4, eval_episodes=128)
     trainer = make_train(algo, CONTINUOUS, cfg, {"train": (env, env.default_params())})
-    hp = with_normalizer(algo.default_hp(CONTINUOUS), StateNormalizer.from_transitions(real))
+    hp = algo.default_hp(CONTINUOUS)
     return trainer, hp.replace(actor_lr=jnp.float32(1e-3), critic_lr=jnp.float32(1e-3)), real
 
 
@@ -119,7 +118,7 @@ def test_td3bc_vmapped_seeds_equal_sequential_runs(reach_setup):
     def one_interval(run_keys):
         r = int(run_keys.shape[0])
         run_hp = broadcast_runs(hp, r)
-        run, metrics, results = trainer.interval(trainer.init(run_keys, run_hp), run_hp,
+        run, metrics, results = trainer.interval(trainer.init(run_keys, run_hp, real), run_hp,
                                                  jnp.zeros((r,), jnp.float32), real, real)
         return run, metrics, results["train"]
 

@@ -15,7 +15,7 @@ import pytest
 
 from imaginejax.algos.base import Spec
 from imaginejax.algos.bcq import action_filter, bcq_loss, filtered_argmax, make_bcq
-from imaginejax.algos.common import (StateNormalizer, TwinCritic, huber, periodic_polyak_update,
+from imaginejax.algos.common import (DataStats, TwinCritic, huber, periodic_polyak_update,
                                      td_target, twin_critic_loss)
 from imaginejax.algos.cql import cql_loss, make_cql, next_state_value
 from imaginejax.algos.networks import NetConfig
@@ -83,7 +83,7 @@ def test_state_normalizer_uses_real_statistics_and_leaves_the_embedding():
                        reward=jnp.zeros(2), next_state=jnp.zeros((2, 2)), terminal=jnp.zeros(2),
                        instruction=jnp.zeros((2,), jnp.int32), goal=jnp.zeros((2, 1), jnp.int32),
                        embeddings=jnp.ones((1, 3)))
-    norm = StateNormalizer.from_transitions(real)
+    norm = DataStats.from_transitions(real)
     # mean (1, 1); std (1, 0) + 1e-3.
     np.testing.assert_allclose(norm.mean, [1.0, 1.0])
     np.testing.assert_allclose(norm.std, [1.001, 0.001], rtol=1e-6)
@@ -136,7 +136,7 @@ def test_cql_update_with_fixed_q_values_40_actions():
     spec = Spec(S, E, True, 40)
     algo = make_cql(spec, NET)
     bias = jnp.zeros(40).at[7].set(2.0)
-    state = algo.init(jax.random.PRNGKey(0), spec, algo.default_hp(spec))
+    state = algo.init(jax.random.PRNGKey(0), spec, DataStats.identity(S), algo.default_hp(spec))
     params = _constant_head(state.params, ("params", "MLP_0", "out"), bias)
     state = state.replace(params=params, target_params=params)
     # Row 0: a = 7, r = 1, truncated (d = 0) → bootstraps; row 1: a = 3, r = 0.5, terminal.
@@ -144,7 +144,7 @@ def test_cql_update_with_fixed_q_values_40_actions():
     update = jax.jit(algo.update)
     for gamma, y0 in ((0.9, 1.0 + 0.9 * 2.0), (0.99, 1.0 + 0.99 * 2.0)):
         hp = algo.default_hp(spec).replace(gamma=jnp.float32(gamma))
-        _, m = update(state, batch, jax.random.PRNGKey(1), hp)
+        _, m = update(state, batch, jax.random.PRNGKey(1), hp, None)
         # V' = Q'(s', argmax Q(s', ·)) = b_7 = 2 → y = (1 + γ·2, 0.5).
         assert m["target_q"] == pytest.approx((y0 + 0.5) / 2, rel=1e-6)
         # Q(s, a) = (2, 0): Huber(2 − y0) and Huber(0 − 0.5) = 0.125.
@@ -159,13 +159,13 @@ def test_cql_hard_target_update_interval():
     spec = Spec(S, E, True, 4)
     algo = make_cql(spec, NET)
     hp = algo.default_hp(spec).replace(target_update_interval=jnp.int32(3), learning_rate=jnp.float32(1e-2))
-    state = algo.init(jax.random.PRNGKey(0), spec, hp)
+    state = algo.init(jax.random.PRNGKey(0), spec, DataStats.identity(S), hp)
     batch = _batch([0, 1], [1.0, 0.0], [1.0, 0.0])
     update = jax.jit(algo.update)
     first = lambda tree: np.asarray(jax.tree.leaves(tree)[0])
     start = first(state.target_params)
     for k in range(1, 4):
-        state, _ = update(state, batch, jax.random.PRNGKey(k), hp)
+        state, _ = update(state, batch, jax.random.PRNGKey(k), hp, None)
         if k < 3:
             np.testing.assert_array_equal(first(state.target_params), start)
     # After the 3rd update θ' = θ exactly.
@@ -205,13 +205,13 @@ def test_bcq_target_and_action_use_the_filter(share_encoder):
     spec = Spec(S, E, True, 4)
     algo = make_bcq(spec, NET, share_encoder=share_encoder)
     hp = algo.default_hp(spec).replace(gamma=jnp.float32(0.9))
-    state = algo.init(jax.random.PRNGKey(0), spec, hp)
+    state = algo.init(jax.random.PRNGKey(0), spec, DataStats.identity(S), hp)
     params = _constant_head(state.params, ("params", "q_head", "out"), Q_BCQ[0])
     params = _constant_head(params, ("params", "imitation_head", "out"), LOG_PB[0])
     state = state.replace(params=params, target_params=params)
     # Row 0 truncated (d = 0): y = 0 + 0.9 · 3 = 2.7; row 1 terminal: y = 1.
     batch = _batch([1, 0], [0.0, 1.0], [0.0, 1.0])
-    _, m = jax.jit(algo.update)(state, batch, jax.random.PRNGKey(1), hp)
+    _, m = jax.jit(algo.update)(state, batch, jax.random.PRNGKey(1), hp, None)
     assert m["target_q"] == pytest.approx((2.7 + 1.0) / 2, rel=1e-6)
     assert m["allowed_actions"] == pytest.approx(3.0)
     # Q(s, a) = (3, 1): Huber(3 − 2.7) = 0.045, Huber(1 − 1) = 0.
@@ -260,7 +260,7 @@ def test_td3bc_target_with_fixed_critics_gamma_and_truncation():
     """Both target critics output constant c = (5, 3): min = 3, so y = r + γ(1 − d)·3."""
     spec = Spec(S, E, False, 2)
     algo, update = _td3bc(spec)
-    state = algo.init(jax.random.PRNGKey(0), spec, algo.default_hp(spec))
+    state = algo.init(jax.random.PRNGKey(0), spec, DataStats.identity(S), algo.default_hp(spec))
     critic = _constant_head(state.critic_params, ("params", "critics", "MLP_0", "out"), 0.0)
     critic["params"]["critics"]["MLP_0"]["out"]["bias"] = jnp.asarray([[5.0], [3.0]])
     state = state.replace(critic_params=critic, critic_target=critic)
@@ -268,7 +268,7 @@ def test_td3bc_target_with_fixed_critics_gamma_and_truncation():
     batch = _batch(jnp.zeros((2, 2)), [1.0, -1.0], [0.0, 1.0])
     for gamma in (0.5, 0.99):
         hp = algo.default_hp(spec).replace(gamma=jnp.float32(gamma))
-        _, m = update(state, batch, jax.random.PRNGKey(1), hp)
+        _, m = update(state, batch, jax.random.PRNGKey(1), hp, None)
         assert m["target_q"] == pytest.approx((1.0 + gamma * 3.0 - 1.0) / 2, rel=1e-6)
         # Q1 ≡ 5, Q2 ≡ 3: Σ_i mean (Q_i − y)².
         y = np.asarray([1.0 + gamma * 3.0, -1.0])
@@ -280,11 +280,11 @@ def test_td3bc_delayed_actor_update_leaves_actor_unchanged_on_odd_steps():
     spec = Spec(S, E, False, 2)
     algo, update = _td3bc(spec)
     hp = algo.default_hp(spec).replace(actor_lr=jnp.float32(1e-2), critic_lr=jnp.float32(1e-2))
-    state0 = algo.init(jax.random.PRNGKey(0), spec, hp)
+    state0 = algo.init(jax.random.PRNGKey(0), spec, DataStats.identity(S), hp)
     batch = _batch(jnp.full((4, 2), 0.3), [1.0, 0.0, 0.5, 0.2], [1.0, 0.0, 0.0, 1.0])
     same = lambda a, b: all(np.array_equal(x, y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
 
-    state1, m1 = update(state0, batch, jax.random.PRNGKey(1), hp)  # update 1 (odd): critic only
+    state1, m1 = update(state0, batch, jax.random.PRNGKey(1), hp, None)  # update 1 (odd): critic only
     assert float(m1["actor_updated"]) == 0.0
     assert same(state1.actor_params, state0.actor_params)
     assert same(state1.actor_opt, state0.actor_opt)  # Adam moments untouched too
@@ -292,7 +292,7 @@ def test_td3bc_delayed_actor_update_leaves_actor_unchanged_on_odd_steps():
     assert same(state1.critic_target, state0.critic_target)
     assert not same(state1.critic_params, state0.critic_params)
 
-    state2, m2 = update(state1, batch, jax.random.PRNGKey(2), hp)  # update 2 (even): actor + targets
+    state2, m2 = update(state1, batch, jax.random.PRNGKey(2), hp, None)  # update 2 (even): actor + targets
     assert float(m2["actor_updated"]) == 1.0
     assert not same(state2.actor_params, state1.actor_params)
     # φ' = (1 − τ)φ'_old + τ φ_new, τ = 0.005.
@@ -300,11 +300,11 @@ def test_td3bc_delayed_actor_update_leaves_actor_unchanged_on_odd_steps():
                                jax.tree.leaves(state2.actor_params)):
         np.testing.assert_allclose(t_new, 0.995 * t_old + 0.005 * p, rtol=1e-6, atol=1e-7)
 
-    state3, _ = update(state2, batch, jax.random.PRNGKey(3), hp)  # update 3 (odd) again: frozen
+    state3, _ = update(state2, batch, jax.random.PRNGKey(3), hp, None)  # update 3 (odd) again: frozen
     assert same(state3.actor_params, state2.actor_params)
 
     # policy_freq is traced: with 1 the actor moves on the first update.
-    state1b, _ = update(state0, batch, jax.random.PRNGKey(1), hp.replace(policy_freq=jnp.int32(1)))
+    state1b, _ = update(state0, batch, jax.random.PRNGKey(1), hp.replace(policy_freq=jnp.int32(1)), None)
     assert not same(state1b.actor_params, state0.actor_params)
 
 
@@ -312,12 +312,11 @@ def test_td3bc_acts_on_normalised_states():
     spec = Spec(S, E, False, 2)
     algo = make_td3bc(spec, NET)
     hp = algo.default_hp(spec)
-    state = algo.init(jax.random.PRNGKey(0), spec, hp)
+    state = algo.init(jax.random.PRNGKey(0), spec, DataStats.identity(S), hp)
     obs = jnp.asarray([[3.0, -1.0, 1.0, 0.0, 0.0]])
-    shifted = hp.replace(normalizer=StateNormalizer(mean=jnp.asarray([1.0, 1.0]),
-                                                    std=jnp.asarray([2.0, 2.0])))
+    shifted = state.replace(stats=DataStats(mean=jnp.asarray([1.0, 1.0]), std=jnp.asarray([2.0, 2.0])))
     # (3, −1) normalised by μ = 1, σ = 2 is (1, −1): the same action as the raw obs (1, −1) unnormalised.
-    np.testing.assert_allclose(algo.act(state, obs, jax.random.PRNGKey(0), shifted, True),
+    np.testing.assert_allclose(algo.act(shifted, obs, jax.random.PRNGKey(0), hp, True),
                                algo.act(state, obs.at[0, :2].set(jnp.asarray([1.0, -1.0])),
                                         jax.random.PRNGKey(0), hp, True), rtol=1e-6)
     noisy = algo.act(state, jnp.repeat(obs, 64, 0), jax.random.PRNGKey(1), hp, False)
@@ -364,13 +363,13 @@ def test_discrete_td3bc_delayed_actor_update():
     spec = Spec(S, E, True, 4)
     algo = make_discrete_td3bc(spec, NET)
     hp = algo.default_hp(spec).replace(actor_lr=jnp.float32(1e-2), critic_lr=jnp.float32(1e-2))
-    state0 = algo.init(jax.random.PRNGKey(0), spec, hp)
+    state0 = algo.init(jax.random.PRNGKey(0), spec, DataStats.identity(S), hp)
     batch = _batch(jnp.asarray([0, 1, 2]), [1.0, 0.0, 0.5], [1.0, 0.0, 0.0])
     update = jax.jit(algo.update)
     same = lambda a, b: all(np.array_equal(x, y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
-    state1, _ = update(state0, batch, jax.random.PRNGKey(1), hp)
+    state1, _ = update(state0, batch, jax.random.PRNGKey(1), hp, None)
     assert same(state1.actor_params, state0.actor_params) and same(state1.actor_opt, state0.actor_opt)
     assert not same(state1.critic_params, state0.critic_params)
-    state2, _ = update(state1, batch, jax.random.PRNGKey(2), hp)
+    state2, _ = update(state1, batch, jax.random.PRNGKey(2), hp, None)
     assert not same(state2.actor_params, state1.actor_params)
     assert algo.act(state2, batch.observation, jax.random.PRNGKey(3), hp, True).shape == (3,)

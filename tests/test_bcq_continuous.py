@@ -18,6 +18,7 @@ import toy_continuous_env as reach
 from imaginejax.algos.base import Spec
 from imaginejax.algos.bcq import (ContinuousBCQConfig, make_bcq, make_continuous_bcq, select_by_q,
                                   soft_clipped_double_q, vae_loss)
+from imaginejax.algos.common import DataStats
 from imaginejax.algos.networks import NetConfig
 from imaginejax.data.transitions import to_transitions
 from imaginejax.data.types import Batch
@@ -31,6 +32,7 @@ SPEC = Spec(S, E, False, A)
 # One algorithm and its compiled functions for all the unit tests (one compilation each).
 ALGO = make_continuous_bcq(SPEC, NET, LINEAR)
 UPDATE = jax.jit(ALGO.update)
+ID = DataStats.identity(S)  # no state normalisation
 ACT = jax.jit(ALGO.act, static_argnums=4)
 
 
@@ -102,7 +104,7 @@ def test_refuses_discrete_spec_and_keeps_discrete_bcq():
 # --------------------------------------------------------------------------------------------------
 def _linear_state(algo, w=(1.0, 1.0)):
     """Q1 = w·a, Q2 = −w·a, D(o, z) = tanh(z[:A]), ξ ≡ 0 (see the module docstring)."""
-    state = algo.init(jax.random.PRNGKey(0), SPEC, algo.default_hp(SPEC))
+    state = algo.init(jax.random.PRNGKey(0), SPEC, ID, algo.default_hp(SPEC))
     critic = _copy(state.critic_params)
     out = critic["params"]["critics"]["MLP_0"]["out"]
     kernel = np.zeros(out["kernel"].shape, np.float32)  # (2, WIDTH + A, 1)
@@ -153,7 +155,7 @@ def test_perturbation_is_bounded_by_phi_and_clipped():
 
 def _constant_critics(algo, values=(5.0, 3.0)):
     """Q_i ≡ values[i] for every (o, a)."""
-    state = algo.init(jax.random.PRNGKey(0), SPEC, algo.default_hp(SPEC))
+    state = algo.init(jax.random.PRNGKey(0), SPEC, ID, algo.default_hp(SPEC))
     critic = _copy(state.critic_params)
     out = critic["params"]["critics"]["MLP_0"]["out"]
     out["kernel"] = jnp.zeros_like(out["kernel"])
@@ -167,7 +169,7 @@ def test_target_soft_clipped_discounted_and_truncation_bootstraps(gamma):
     state = _constant_critics(ALGO)
     hp = ALGO.default_hp(SPEC).replace(gamma=jnp.float32(gamma))
     # Row 0: r = 1, truncated (d = 0) → 1 + γ · 3.5; row 1: r = −1, terminal → −1.
-    _, m = UPDATE(state, _batch([1.0, -1.0], [0.0, 1.0]), jax.random.PRNGKey(1), hp)
+    _, m = UPDATE(state, _batch([1.0, -1.0], [0.0, 1.0]), jax.random.PRNGKey(1), hp, None)
     y = np.asarray([1.0 + gamma * 3.5, -1.0])
     assert m["target_q"] == pytest.approx(y.mean(), rel=1e-6)
     # (the reference's γ = 1 with every end terminal would give y = (1, −1))
@@ -181,8 +183,8 @@ def test_target_soft_clipped_discounted_and_truncation_bootstraps(gamma):
 
 def test_one_update_moves_every_network_and_polyak_targets():
     hp = ALGO.default_hp(SPEC)
-    state0 = ALGO.init(jax.random.PRNGKey(0), SPEC, hp)
-    state1, m = UPDATE(state0, _batch([1.0, -1.0], [0.0, 1.0]), jax.random.PRNGKey(1), hp)
+    state0 = ALGO.init(jax.random.PRNGKey(0), SPEC, ID, hp)
+    state1, m = UPDATE(state0, _batch([1.0, -1.0], [0.0, 1.0]), jax.random.PRNGKey(1), hp, None)
     for name in ("vae_params", "actor_params", "critic_params"):
         assert not _same(getattr(state1, name), getattr(state0, name)), name
     # θ' ← 0.995 θ' + 0.005 θ and φ' ← 0.995 φ' + 0.005 φ on every update (no delay in BCQ).
@@ -202,9 +204,9 @@ def test_vmapped_seeds_equal_sequential_updates():
 
     def run(key):
         def step(state, k):
-            return ALGO.update(state, batch, k, hp)
+            return ALGO.update(state, batch, k, hp, None)
 
-        return jax.lax.scan(step, ALGO.init(key, SPEC, hp), jax.random.split(key, 3))  # 3 updates
+        return jax.lax.scan(step, ALGO.init(key, SPEC, ID, hp), jax.random.split(key, 3))  # 3 updates
 
     keys = jax.random.split(jax.random.PRNGKey(7), 3)
     together = jax.jit(jax.vmap(run))(keys)

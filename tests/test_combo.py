@@ -16,7 +16,7 @@ import pytest
 
 import toy_continuous_env as reach
 from imaginejax.algos.base import Spec
-from imaginejax.algos.common import StateNormalizer, TwinCritic
+from imaginejax.algos.common import DataStats, TwinCritic
 from imaginejax.algos.combo import (ComboConfig, combo_weights, init_model_buffer, make_combo, make_discrete_combo,
                                     model_rollout, sample_model_rows, success_terminal_fn, write_model_rows)
 from imaginejax.algos.cql import continuous_cql_critic_objective, cql_loss
@@ -98,7 +98,7 @@ def test_holdout_split_is_a_deterministic_fraction_of_transitions():
 
 
 def _tiny_dynamics(seed: int = 0):
-    return init_dynamics(DYN_ENSEMBLE, TINY_MODEL, jax.random.PRNGKey(seed), S + E + 2)
+    return init_dynamics(DYN_ENSEMBLE, TINY_MODEL, jax.random.PRNGKey(seed), S + E + 2, jnp.float32(1e-3))
 
 
 def test_holdout_rows_never_train_the_model():
@@ -106,7 +106,7 @@ def test_holdout_rows_never_train_the_model():
     x = jax.random.normal(jax.random.PRNGKey(1), (16, S + E + 2))
     y = jax.random.normal(jax.random.PRNGKey(2), (16, S + 1))
     holdout = jnp.arange(16) % 2 == 0
-    step = lambda y_: DYN_STEP(dyn, x, y_, jnp.ones(16), holdout, jax.random.PRNGKey(3), 1e-3, 5e-5)
+    step = lambda y_: DYN_STEP(dyn, x, y_, jnp.ones(16), holdout, jax.random.PRNGKey(3), 5e-5)
     a, _ = step(y)
     b, _ = step(y.at[::2].add(100.0))  # only the held-out rows' targets change
     for p, q in zip(jax.tree.leaves(a.params), jax.tree.leaves(b.params)):
@@ -123,7 +123,7 @@ def test_elites_are_the_members_with_the_lowest_held_out_error():
     dyn = dyn.replace(params=params)
     x = jax.random.normal(jax.random.PRNGKey(1), (16, S + E + 2))
     y = jax.random.normal(jax.random.PRNGKey(2), (16, S + 1))
-    new, m = DYN_STEP(dyn, x, y, jnp.ones(16), jnp.arange(16) < 8, jax.random.PRNGKey(3), 1e-3, 0.0)
+    new, m = DYN_STEP(dyn, x, y, jnp.ones(16), jnp.arange(16) < 8, jax.random.PRNGKey(3), 0.0)
     assert 0 not in np.asarray(new.elites).tolist()
     assert float(new.val_norm) == pytest.approx(0.01)  # one bias-corrected EMA step (decay 0.99)
     # Elites are ranked on the bias-corrected held-out MSE, whose mean over the elites is reported.
@@ -136,7 +136,7 @@ def test_dynamics_learn_a_noisy_linear_system():
     """s' = s + 0.5·a·(1, −1) + N(0, 0.05²), r = s_0 − a + N(0, 0.1²); inputs s ⊕ a (E = 0)."""
     config = DynamicsConfig(ensemble_size=3, num_elites=2, hidden=(32, 32))
     ensemble = make_ensemble(config, 2)
-    norm = StateNormalizer.identity(2)
+    norm = DataStats.identity(2)
 
     def data(key, n):
         k = jax.random.split(key, 4)
@@ -151,9 +151,9 @@ def test_dynamics_learn_a_noisy_linear_system():
         x = dynamics_inputs(s, jnp.zeros((128, 0)), a, norm, None)
         holdout = holdout_mask(s, a, r, s2, config.holdout_fraction)
         return dynamics_step(ensemble, config, dyn, x, dynamics_targets(s, s2, r, norm), jnp.ones(128), holdout,
-                             k_step, 3e-3, 0.0)
+                             k_step, 0.0)
 
-    dyn = init_dynamics(ensemble, config, jax.random.PRNGKey(0), 3)
+    dyn = init_dynamics(ensemble, config, jax.random.PRNGKey(0), 3, jnp.float32(3e-3))
     dyn, metrics = jax.jit(lambda d: jax.lax.scan(train, d, jax.random.split(jax.random.PRNGKey(1), 800)))(dyn)
     s, a, r, s2 = data(jax.random.PRNGKey(2), 2000)
     x = dynamics_inputs(s, jnp.zeros((2000, 0)), a, norm, None)
@@ -280,7 +280,7 @@ def test_continuous_regulariser_halves_both_carry_gradient_on_mixed_rows():
 # --------------------------------------------------------------------------------------------------
 def test_discrete_update_warmup_rollouts_and_target():
     hp = DISC_ALGO.default_hp(DISC_SPEC).replace(model_warmup=jnp.int32(2))
-    state = DISC_ALGO.init(jax.random.PRNGKey(0), DISC_SPEC, hp)
+    state = DISC_ALGO.init(jax.random.PRNGKey(0), DISC_SPEC, DataStats.identity(S), hp)
     # Q ≡ b = (0, 2, 1, 0) for every observation, online and target: V(o') = 2.
     params = jax.tree.map(lambda v: v, state.agent.params)
     out = params["params"]["MLP_0"]["out"]
@@ -290,13 +290,13 @@ def test_discrete_update_warmup_rollouts_and_target():
     batch = _batch(jnp.asarray([1, 3, 0, 2]), [1.0, 0.5, 0.0, 0.0], [0.0, 1.0, 1.0, 1.0])
     update = DISC_UPDATE
     for gamma in (0.5, 0.99):
-        _, m = update(state, batch, jax.random.PRNGKey(1), hp.replace(gamma=jnp.float32(gamma)))
+        _, m = update(state, batch, jax.random.PRNGKey(1), hp.replace(gamma=jnp.float32(gamma)), None)
         # First update: no valid model row yet, so the step is discrete CQL on the batch: y = (1 + 2γ, 0.5, 0, 0).
         assert float(m["model_fraction"]) == 0.0
         assert float(m["target_q"]) == pytest.approx((1.0 + 2.0 * gamma + 0.5) / 4, rel=1e-6)
     fractions, filled = [], []
     for k in range(5):
-        state, m = update(state, batch, jax.random.PRNGKey(10 + k), hp)
+        state, m = update(state, batch, jax.random.PRNGKey(10 + k), hp, None)
         fractions.append(float(m["model_fraction"]))
         filled.append(int(state.buffer.filled))
     # 8 rows per update, capacity 32; rows written at updates 0 and 1 (warm-up) are invalid.
@@ -316,18 +316,18 @@ def test_vmapped_seeds_equal_sequential_updates():
     keys = jax.random.split(jax.random.PRNGKey(7), 2)
     step_keys = jax.random.split(jax.random.PRNGKey(8), 3 * 2).reshape(3, 2, 2)
     # Two seeds vmapped, three updates ...
-    together = jax.vmap(lambda k: algo.init(k, spec, hp))(keys)
-    vupdate = jax.jit(jax.vmap(algo.update, in_axes=(0, None, 0, None)))
+    together = jax.vmap(lambda k: algo.init(k, spec, DataStats.identity(S), hp))(keys)
+    vupdate = jax.jit(jax.vmap(algo.update, in_axes=(0, None, 0, None, None)))
     used_model = np.zeros(2)
     for k in step_keys:
-        together, m_together = vupdate(together, batch, k, hp)
+        together, m_together = vupdate(together, batch, k, hp, None)
         used_model += np.asarray(m_together["model_fraction"])
     assert np.all(used_model > 0)  # model rows took part in both runs
     # ... equal each seed alone.
     for r in range(2):
-        alone = algo.init(keys[r], spec, hp)
+        alone = algo.init(keys[r], spec, DataStats.identity(S), hp)
         for k in step_keys:
-            alone, m_alone = update(alone, batch, k[r], hp)
+            alone, m_alone = update(alone, batch, k[r], hp, None)
         for a, b in zip(jax.tree.leaves((alone, m_alone)), jax.tree.leaves((together, m_together))):
             np.testing.assert_allclose(np.asarray(a), np.asarray(b)[r], rtol=2e-5, atol=1e-6)
 
@@ -403,7 +403,7 @@ def test_continuous_combo_learns_reach():
     env = reach.ContinuousReachEnv()
     cfg = EngineConfig(batch_size=64, updates_per_interval=200, num_intervals=3, eval_episodes=128)
     trainer = make_train(algo, spec, cfg, {"train": (env, env.default_params())})
-    hp = algo.default_hp(spec).replace(normalizer=StateNormalizer.from_transitions(real), actor_lr=jnp.float32(1e-3),
+    hp = algo.default_hp(spec).replace(actor_lr=jnp.float32(1e-3),
                                        critic_lr=jnp.float32(1e-3), temperature_lr=jnp.float32(1e-3),
                                        model_warmup=jnp.int32(200))
     result = trainer.train(jax.random.PRNGKey(4)[None], broadcast_runs(hp, 1), real, log=None)

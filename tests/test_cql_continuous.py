@@ -15,7 +15,7 @@ import pytest
 
 import toy_continuous_env as reach
 from imaginejax.algos.base import Spec
-from imaginejax.algos.common import StateNormalizer, TwinCritic, twin_critic_loss
+from imaginejax.algos.common import DataStats, TwinCritic, twin_critic_loss
 from imaginejax.algos.cql import (RowWeights, cql_action_samples, continuous_cql_critic_objective,
                                   continuous_cql_regularizer, make_continuous_cql)
 from imaginejax.algos.networks import NetConfig
@@ -31,6 +31,7 @@ S, E, A = 2, 3, 2
 SPEC = Spec(S, E, False, A)
 ALGO = make_continuous_cql(SPEC, NET)
 UPDATE = jax.jit(ALGO.update)  # one compilation shared by the update tests
+ID = DataStats.identity(S)  # no state normalisation
 
 
 def _batch(reward, terminal, seed: int = 0, action=None) -> Batch:
@@ -207,12 +208,12 @@ def _constant_critics(state, values):
 
 
 def test_update_target_discounts_with_gamma_and_bootstraps_truncations():
-    state = _constant_critics(ALGO.init(jax.random.PRNGKey(0), SPEC, ALGO.default_hp(SPEC)), [5.0, 3.0])
+    state = _constant_critics(ALGO.init(jax.random.PRNGKey(0), SPEC, ID, ALGO.default_hp(SPEC)), [5.0, 3.0])
     # Row 0: r = 1, truncated (d = 0) → bootstraps; row 1: r = −1, terminal → −1 (and two more rows).
     batch = _batch([1.0, -1.0, 0.0, 0.0], [0.0, 1.0, 1.0, 1.0])
     for gamma in (0.5, 0.99):
         hp = ALGO.default_hp(SPEC).replace(gamma=jnp.float32(gamma))
-        _, m = UPDATE(state, batch, jax.random.PRNGKey(1), hp)
+        _, m = UPDATE(state, batch, jax.random.PRNGKey(1), hp, None)
         # V(o') = min(5, 3) = 3 for any action (no entropy backup by default): y = (1 + 3γ, −1).
         y = np.asarray([1.0 + 3.0 * gamma, -1.0, 0.0, 0.0])
         assert float(m["target_q"]) == pytest.approx(y.mean(), rel=1e-6)
@@ -223,14 +224,14 @@ def test_update_target_discounts_with_gamma_and_bootstraps_truncations():
 
 def test_lagrange_multiplier_only_moves_when_enabled():
     hp = ALGO.default_hp(SPEC)
-    state = ALGO.init(jax.random.PRNGKey(0), SPEC, hp)
+    state = ALGO.init(jax.random.PRNGKey(0), SPEC, ID, hp)
     batch = _batch([0.0, 1.0, 0.5, 0.2], [0.0, 0.0, 1.0, 0.0])
-    off, m_off = UPDATE(state, batch, jax.random.PRNGKey(1), hp)
+    off, m_off = UPDATE(state, batch, jax.random.PRNGKey(1), hp, None)
     assert float(off.log_alpha_prime) == 0.0 and float(m_off["alpha_prime"]) == 1.0
     # On, with a gap τ = 1e3 far above α·R: L(log α') = −α'·(α R − τ) has a positive gradient, so Adam's
     # first step lowers log α' by exactly its learning rate (3e-4).
     on, _ = UPDATE(state, batch, jax.random.PRNGKey(1),
-                   hp.replace(with_lagrange=jnp.float32(1.0), target_action_gap=jnp.float32(1e3)))
+                   hp.replace(with_lagrange=jnp.float32(1.0), target_action_gap=jnp.float32(1e3)), None)
     assert float(on.log_alpha_prime) == pytest.approx(-3e-4, rel=1e-3)
 
 
@@ -241,7 +242,7 @@ def test_make_continuous_cql_refuses_discrete_and_defaults_to_3x256():
     hp = algo.default_hp(SPEC)
     assert (float(hp.actor_lr), float(hp.critic_lr), float(hp.alpha), float(hp.gamma), float(hp.tau)) == \
         pytest.approx((1e-4, 3e-4, 5.0, 0.99, 0.005))
-    state = jax.eval_shape(lambda k: algo.init(k, SPEC, hp), jax.random.PRNGKey(0))
+    state = jax.eval_shape(lambda k: algo.init(k, SPEC, ID, hp), jax.random.PRNGKey(0))
     head = state.actor_params["params"]["EncodedMLP_0"]["MLP_0"]
     assert [head[f"hidden_{i}"]["kernel"].shape[-1] for i in range(3)] == list(SAC_NET.hidden) == [256] * 3
     assert state.critic_params["params"]["critics"]["MLP_0"]["hidden_2"]["kernel"].shape == (2, 256, 256)
@@ -253,15 +254,15 @@ def test_vmapped_seeds_equal_sequential_updates():
     keys = jax.random.split(jax.random.PRNGKey(7), 2)
     step_keys = jax.random.split(jax.random.PRNGKey(8), 3 * 2).reshape(3, 2, 2)
     # Two seeds vmapped, three updates ...
-    together = jax.vmap(lambda k: ALGO.init(k, SPEC, hp))(keys)
-    vupdate = jax.jit(jax.vmap(ALGO.update, in_axes=(0, None, 0, None)))
+    together = jax.vmap(lambda k: ALGO.init(k, SPEC, ID, hp))(keys)
+    vupdate = jax.jit(jax.vmap(ALGO.update, in_axes=(0, None, 0, None, None)))
     for k in step_keys:
-        together, m_together = vupdate(together, batch, k, hp)
+        together, m_together = vupdate(together, batch, k, hp, None)
     # ... equal each seed alone.
     for r in range(2):
-        alone = ALGO.init(keys[r], SPEC, hp)
+        alone = ALGO.init(keys[r], SPEC, ID, hp)
         for k in step_keys:
-            alone, m_alone = UPDATE(alone, batch, k[r], hp)
+            alone, m_alone = UPDATE(alone, batch, k[r], hp, None)
         for a, b in zip(jax.tree.leaves((alone, m_alone)), jax.tree.leaves((together, m_together))):
             np.testing.assert_allclose(np.asarray(a), np.asarray(b)[r], rtol=2e-5, atol=1e-6)
 
@@ -275,7 +276,7 @@ def test_learns_reach_with_three_alphas_in_one_call():
     env = reach.ContinuousReachEnv()
     cfg = EngineConfig(batch_size=64, updates_per_interval=200, num_intervals=5, eval_episodes=128)
     trainer = make_train(algo, spec, cfg, {"train": (env, env.default_params())})
-    hp = algo.default_hp(spec).replace(normalizer=StateNormalizer.from_transitions(real), actor_lr=jnp.float32(1e-3),
+    hp = algo.default_hp(spec).replace(actor_lr=jnp.float32(1e-3),
                                        critic_lr=jnp.float32(1e-3), temperature_lr=jnp.float32(1e-3))
     hp = broadcast_runs(hp, 3).replace(alpha=jnp.asarray([1.0, 5.0, 10.0], jnp.float32))
     result = trainer.train(jnp.stack([jax.random.PRNGKey(4)] * 3), hp, real, log=None)

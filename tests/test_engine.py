@@ -60,7 +60,7 @@ def test_hyperparameters_vmap_in_one_call(real):
     lrs = jnp.asarray([0.0, 1e-3, 1e-2], jnp.float32)
     keys = jnp.stack([jax.random.PRNGKey(2)] * 3)
     result = trainer.train(keys, BCHyperparams(learning_rate=lrs), real, log=None)
-    params0 = trainer.init(keys[:1], BCHyperparams(learning_rate=lrs[:1])).algo.params
+    params0 = trainer.init(keys[:1], BCHyperparams(learning_rate=lrs[:1]), real).algo.params
     first = lambda tree: np.asarray(jax.tree.leaves(tree)[0])
     # lr 0 leaves parameters untouched; larger learning rates move them further, all in one call.
     np.testing.assert_array_equal(first(result.state.algo.params)[0], first(params0)[0])

@@ -24,11 +24,10 @@ import pytest
 import toy_continuous_env as reach
 from imaginejax.algos import neighbors
 from imaginejax.algos.base import Spec
-from imaginejax.algos.common import StateNormalizer
-from imaginejax.algos.neighbors import ConstraintData, nearest_neighbor, nearest_row
+from imaginejax.algos.common import DataStats, Datasets
+from imaginejax.algos.neighbors import nearest_neighbor, nearest_row
 from imaginejax.algos.networks import NetConfig
-from imaginejax.algos.prdc import (bind_datasets, make_discrete_prdc, make_prdc,
-                                   with_normalizer)
+from imaginejax.algos.prdc import make_discrete_prdc, make_prdc
 from imaginejax.data.transitions import to_transitions
 from imaginejax.data.types import Batch, Transitions
 from imaginejax.engine import EngineConfig, broadcast_runs, make_train
@@ -52,12 +51,12 @@ def _buffer(rng: np.random.Generator, k: int, m: int, discrete: bool) -> Transit
                        embeddings=f32(rng.normal(size=(m, E))))
 
 
-def _normalizer(rng: np.random.Generator) -> StateNormalizer:
-    return StateNormalizer(mean=jnp.asarray(rng.normal(size=S), jnp.float32),
+def _normalizer(rng: np.random.Generator) -> DataStats:
+    return DataStats(mean=jnp.asarray(rng.normal(size=S), jnp.float32),
                            std=jnp.asarray(rng.uniform(0.5, 2.0, S), jnp.float32))
 
 
-def _reference(qs, qe, qa, data: Transitions, norm: StateNormalizer, beta: float,
+def _reference(qs, qe, qa, data: Transitions, norm: DataStats, beta: float,
                discrete: bool) -> tuple[np.ndarray, np.ndarray]:
     """Float64 brute force: (all distances (B, K), argmin (B,)) of
     ‖(β s̃, β e, α) − (β s̃_j, β e_j, φ(a_j))‖²."""
@@ -116,7 +115,7 @@ def test_ties_resolve_to_the_lowest_row_across_chunks():
     data = data.replace(state=copy(data.state), action=copy(data.action), instruction=copy(data.instruction))
     qs = data.state[10][None] + 1e-3
     qe = data.embeddings[data.instruction[10]][None]
-    _, index = nearest_row(qs, qe, data.action[10][None], data, StateNormalizer.identity(S), 2.0, chunk=64)
+    _, index = nearest_row(qs, qe, data.action[10][None], data, DataStats.identity(S), 2.0, chunk=64)
     assert int(index[0]) == 10
 
 
@@ -125,7 +124,7 @@ def test_nearest_neighbor_searches_only_the_allowed_buffers():
     real, imag = _buffer(rng, 500, 4, False), _buffer(rng, 300, 6, False)
     norm = _normalizer(rng)
     qs, qe, qa = _queries(rng, imag, 29, False)  # the first 3 sit on imaginary rows
-    data = ConstraintData(real=real, imag=imag)
+    data = Datasets.of(real, imag)
     search = jax.jit(lambda ur, ui: nearest_neighbor(qs, qe, qa, data, norm, 2.0, chunk=128, use_real=ur, use_imag=ui))
     d_r, i_r = _reference(qs, qe, qa, real, norm, 2.0, False)
     d_i, i_i = _reference(qs, qe, qa, imag, norm, 2.0, False)
@@ -148,7 +147,7 @@ def test_subset_search_is_exact_within_the_drawn_rows():
     real, imag = _buffer(rng, 600, 3, False), _buffer(rng, 50, 2, False)
     norm = _normalizer(rng)
     qs, qe, qa = _queries(rng, real, 21, False)
-    data, key = ConstraintData(real=real, imag=imag), jax.random.PRNGKey(3)
+    data, key = Datasets.of(real, imag), jax.random.PRNGKey(3)
     approx = nearest_neighbor(qs, qe, qa, data, norm, 2.0, chunk=64, use_imag=False, subset=100, key=key)
     _, rows = neighbors.random_rows(jax.random.split(key)[0], real, 100)
     d, j = _reference(qs, qe, qa, real, norm, 2.0, False)
@@ -183,9 +182,9 @@ def test_search_rejects_bad_arguments():
     data = _buffer(rng, 50, 2, True)
     qs, qe, qa = _queries(rng, data, 4, True)
     with pytest.raises(ValueError, match="num_actions"):
-        nearest_row(qs, qe, qa, data, StateNormalizer.identity(S), 2.0, chunk=16)  # discrete data, no n
+        nearest_row(qs, qe, qa, data, DataStats.identity(S), 2.0, chunk=16)  # discrete data, no n
     with pytest.raises(ValueError, match="chunk"):
-        nearest_row(qs, qe, qa, data, StateNormalizer.identity(S), 2.0, chunk=0, num_actions=N_ACT)
+        nearest_row(qs, qe, qa, data, DataStats.identity(S), 2.0, chunk=0, num_actions=N_ACT)
     with pytest.raises(ValueError, match="chunk"):
         make_prdc(Spec(S, E, False, A), NET, chunk=0)
     with pytest.raises(ValueError, match="subset"):
@@ -197,7 +196,7 @@ def test_memory_is_per_chunk_not_per_dataset():
     rng = np.random.default_rng(3)
     data = _buffer(rng, 20000, 3, False)
     qs, qe, qa = _queries(rng, data, 64, False)
-    args = (qs, qe, qa, data, StateNormalizer.identity(S), jnp.float32(2.0))
+    args = (qs, qe, qa, data, DataStats.identity(S), jnp.float32(2.0))
     compiled = jax.jit(lambda *a: nearest_row(*a, chunk=512)).lower(*args).compile()
     temp = compiled.memory_analysis().temp_size_in_bytes
     assert temp < 64 * 20000 * 4 / 4, temp  # well below one (B, K) float32 matrix (5.1 MB)
@@ -232,13 +231,13 @@ C_PLACEHOLDER = jax.tree.map(lambda x: jnp.zeros((1,) + x.shape[1:], x.dtype), C
 def test_prdc_regularises_towards_the_numpy_neighbour():
     algo, spec, real = C_ALGO, C_SPEC, C_REAL
     rng = np.random.default_rng(4)
-    norm = StateNormalizer.from_transitions(real)
-    hp = with_normalizer(algo.default_hp(spec), norm).replace(beta=jnp.float32(1.5))
-    state = _constant_actor(algo.init(jax.random.PRNGKey(0), spec, hp), [0.3, -0.8])  # π ≡ tanh(0.3, −0.8)
+    norm = DataStats.from_transitions(real)
+    hp = algo.default_hp(spec).replace(beta=jnp.float32(1.5))
+    state = _constant_actor(algo.init(jax.random.PRNGKey(0), spec, norm, hp), [0.3, -0.8])  # π ≡ tanh(0.3, −0.8)
     batch = _dataset_batch(real, rng.integers(0, 700, 32))
-    with pytest.raises(ValueError, match="make_train"):
-        algo.update(state, batch, jax.random.PRNGKey(1), hp)  # the datasets are not bound
-    _, m = C_UPDATE(state, batch, jax.random.PRNGKey(1), bind_datasets(hp, real, C_PLACEHOLDER))
+    with pytest.raises(TypeError, match="data"):
+        algo.update(state, batch, jax.random.PRNGKey(1), hp)  # the datasets are a required argument
+    _, m = C_UPDATE(state, batch, jax.random.PRNGKey(1), hp, Datasets.of(real, C_PLACEHOLDER))
     pi = np.tanh(np.asarray([[0.3, -0.8]] * 32))
     d, nn = _reference(batch.state, batch.embedding, pi, real, norm, 1.5, False)
     a_nn = np.asarray(real.action)[nn]
@@ -254,17 +253,17 @@ def test_discrete_prdc_cross_entropy_to_the_numpy_neighbour_and_its_target():
     algo = make_discrete_prdc(spec, NET, chunk=64)
     rng = np.random.default_rng(5)
     real, imag = _buffer(rng, 300, 3, True), _buffer(rng, 200, 2, True)
-    hp = with_normalizer(algo.default_hp(spec), StateNormalizer.from_transitions(real))
+    hp, norm = algo.default_hp(spec), DataStats.from_transitions(real)
     logits = np.asarray([1.0, 0.0, -1.0, 0.5], np.float32)
-    state = _constant_actor(algo.init(jax.random.PRNGKey(0), spec, hp), logits)
+    state = _constant_actor(algo.init(jax.random.PRNGKey(0), spec, norm, hp), logits)
     p = np.exp(logits) / np.exp(logits).sum()
     update = jax.jit(algo.update)
-    bound = bind_datasets(hp, real, imag)
+    both = Datasets.of(real, imag)
     # A real batch searches the real buffer only; an imaginary batch the imaginary buffer only.
     for data, imaginary in ((real, False), (imag, True)):
         batch = _dataset_batch(data, rng.integers(0, data.state.shape[0], 16), imaginary)
-        _, m = update(state, batch, jax.random.PRNGKey(1), bound)
-        _, nn = _reference(batch.state, batch.embedding, np.tile(p, (16, 1)), data, hp.normalizer, 2.0, True)
+        _, m = update(state, batch, jax.random.PRNGKey(1), hp, both)
+        _, nn = _reference(batch.state, batch.embedding, np.tile(p, (16, 1)), data, norm, 2.0, True)
         a_nn = np.asarray(data.action)[nn]
         assert m["cross_entropy"] == pytest.approx(-np.log(p[a_nn]).mean(), rel=1e-5)
         assert m["policy_accuracy"] == pytest.approx(np.mean(a_nn == 0))  # argmax π = action 0
@@ -282,7 +281,7 @@ def test_discrete_prdc_cross_entropy_to_the_numpy_neighbour_and_its_target():
     reward, terminal = np.linspace(-1, 1, 16), (np.arange(16) % 3 == 0).astype(np.float32)
     batch = _dataset_batch(real, np.arange(16)).replace(reward=jnp.asarray(reward, jnp.float32),
                                                          terminal=jnp.asarray(terminal))
-    _, m = update(state, batch, jax.random.PRNGKey(2), bound.replace(gamma=jnp.float32(0.9)))
+    _, m = update(state, batch, jax.random.PRNGKey(2), hp.replace(gamma=jnp.float32(0.9)), both)
     y = reward + 0.9 * (1.0 - terminal) * float(p @ np.asarray([1.0, 1.0, 3.0, 0.0]))
     assert m["target_q"] == pytest.approx(y.mean(), rel=1e-5)
 
@@ -291,8 +290,8 @@ def test_discrete_prdc_cross_entropy_to_the_numpy_neighbour_and_its_target():
 def test_prdc_critic_target_discounts_and_bootstraps_truncations(gamma):
     """Target critics ≡ (5, 3): y = r + γ (1 − d) · 3, with d = 1 only on the terminal row."""
     algo, spec, real = C_ALGO, C_SPEC, C_REAL
-    hp = bind_datasets(algo.default_hp(spec).replace(gamma=jnp.float32(gamma)), real, C_PLACEHOLDER)
-    state = algo.init(jax.random.PRNGKey(0), spec, hp)
+    hp = algo.default_hp(spec).replace(gamma=jnp.float32(gamma))
+    state = algo.init(jax.random.PRNGKey(0), spec, DataStats.identity(S), hp)
     critic = jax.tree.map(lambda x: x, state.critic_params)
     out = critic["params"]["critics"]["MLP_0"]["out"]
     out["kernel"], out["bias"] = jnp.zeros_like(out["kernel"]), jnp.asarray([[5.0], [3.0]])
@@ -301,7 +300,7 @@ def test_prdc_critic_target_discounts_and_bootstraps_truncations(gamma):
     reward, terminal = np.tile([1.0, -1.0], 16), (np.arange(32) % 4 == 0).astype(np.float32)
     batch = _dataset_batch(real, np.arange(32)).replace(reward=jnp.asarray(reward, jnp.float32),
                                                          terminal=jnp.asarray(terminal))
-    _, m = C_UPDATE(state, batch, jax.random.PRNGKey(1), hp)
+    _, m = C_UPDATE(state, batch, jax.random.PRNGKey(1), hp, Datasets.of(real, C_PLACEHOLDER))
     y = reward + gamma * (1.0 - terminal) * 3.0
     assert m["target_q"] == pytest.approx(y.mean(), rel=1e-6)
     assert m["critic_loss"] == pytest.approx(np.mean((5.0 - y) ** 2) + np.mean((3.0 - y) ** 2), rel=1e-5)
@@ -312,14 +311,14 @@ def test_vmapped_seeds_equal_sequential_updates():
     algo = make_prdc(spec, NET, chunk=64)
     rng = np.random.default_rng(7)
     real = _buffer(rng, 200, 2, False)
-    hp = bind_datasets(algo.default_hp(spec).replace(actor_lr=jnp.float32(1e-2)), real, real)
+    hp = algo.default_hp(spec).replace(actor_lr=jnp.float32(1e-2))
     batch = _dataset_batch(real, rng.integers(0, 200, 16))
 
     def run(key):
         def step(state, k):
-            return algo.update(state, batch, k, hp)
+            return algo.update(state, batch, k, hp, Datasets.of(real, real))
 
-        return jax.lax.scan(step, algo.init(key, spec, hp), jax.random.split(key, 4))  # 2 actor steps
+        return jax.lax.scan(step, algo.init(key, spec, DataStats.identity(S), hp), jax.random.split(key, 4))  # 2 actor steps
 
     keys = jax.random.split(jax.random.PRNGKey(8), 3)
     together = jax.jit(jax.vmap(run))(keys)
@@ -349,8 +348,7 @@ def test_prdc_three_alphas_on_continuous_reach():
     env = reach.ContinuousReachEnv()
     cfg = EngineConfig(batch_size=64, updates_per_interval=200, num_intervals=4, eval_episodes=128)
     trainer = make_train(algo, spec, cfg, {"train": (env, env.default_params())})
-    hp = with_normalizer(algo.default_hp(spec), StateNormalizer.from_transitions(real))
-    hp = broadcast_runs(hp.replace(actor_lr=jnp.float32(1e-3), critic_lr=jnp.float32(1e-3)), 3)
+    hp = broadcast_runs(algo.default_hp(spec).replace(actor_lr=jnp.float32(1e-3), critic_lr=jnp.float32(1e-3)), 3)
     hp = hp.replace(alpha=jnp.asarray([0.0, 2.5, 40.0], jnp.float32))
     keys = jnp.stack([jax.random.PRNGKey(4)] * 3)  # same seed: only α differs
     with pytest.raises(ValueError, match="imaginary"):

@@ -11,8 +11,8 @@ import pytest
 from imaginejax import envs
 from imaginejax.algos.base import Spec
 from imaginejax.algos.bc import BCHyperparams, make_bc
-from imaginejax.algos.neighbors import ConstraintData, nearest_neighbor
-from imaginejax.algos.common import StateNormalizer
+from imaginejax.algos.common import DataStats, Datasets
+from imaginejax.algos.neighbors import nearest_neighbor
 from imaginejax.algos.networks import NetConfig
 from imaginejax.config import available_presets, data_conditions, load_config
 from imaginejax.data.sampling import sample_mixed
@@ -104,14 +104,14 @@ def test_prdc_search_within_a_window_equals_the_search_of_that_source():
     rng = np.random.default_rng(5)
     real, a, b = _buffers()
     both = concat_transitions([a, b])
-    norm = StateNormalizer(mean=jnp.zeros(STATE_DIM), std=jnp.ones(STATE_DIM))
+    norm = DataStats(mean=jnp.zeros(STATE_DIM), std=jnp.ones(STATE_DIM))
     qs = jnp.asarray(rng.normal(size=(9, STATE_DIM)), jnp.float32)
     qe = jnp.asarray(np.eye(NUM_TASKS)[rng.integers(0, NUM_TASKS, 9)], jnp.float32)
     qa = jnp.asarray(rng.dirichlet(np.ones(NUM_TASKS), 9), jnp.float32)
     search = lambda data: nearest_neighbor(qs, qe, qa, data, norm, 2.0, chunk=16, num_actions=NUM_TASKS,
                                            use_real=False)
-    alone = search(ConstraintData(real=real, imag=b))
-    windowed = search(ConstraintData(real=real, imag=both, imag_rows=jnp.asarray([40, 24], jnp.int32)))
+    alone = search(Datasets.of(real, b))
+    windowed = search(Datasets.of(real, both, jnp.asarray([40, 24], jnp.int32)))
     np.testing.assert_array_equal(windowed.index, alone.index + 40)
     np.testing.assert_allclose(windowed.distance, alone.distance, rtol=1e-6)
     np.testing.assert_array_equal(windowed.action, alone.action)

@@ -36,7 +36,7 @@ def test_nan_run_is_frozen_and_others_unaffected():
     # The frozen run is rolled back to its state before the bad interval (here: its initial state)
     # and stays there, finite; it is still evaluated.
     arrays = sweep.build(base)
-    init = trainer.init(arrays.keys, arrays.hp)
+    init = trainer.init(arrays.keys, arrays.hp, real)
     for a, b in zip(jax.tree.leaves(init.algo), jax.tree.leaves(out.state.algo)):
         np.testing.assert_array_equal(np.asarray(a)[1], np.asarray(b)[1])
     np.testing.assert_array_equal(np.asarray(init.key)[1], np.asarray(out.state.key)[1])

@@ -62,7 +62,7 @@ import numpy as np
 from flax import struct
 
 from imaginejax.algos.base import Spec
-from imaginejax.algos.common import TwinCritic, adam_step, polyak_update, td_target, twin_critic_loss
+from imaginejax.algos.common import DataStats, TwinCritic, adam_step, polyak_update, td_target, twin_critic_loss
 from imaginejax.algos.cql import ContinuousCQLState, continuous_cql_default_hp, init_continuous_cql
 from imaginejax.algos.networks import NetConfig
 from imaginejax.algos.sac import TanhGaussianActor, sac_actor_loss, sample_tanh_gaussian, temperature_loss
@@ -169,7 +169,10 @@ def _normalize(features: jax.Array) -> jax.Array:
 def init_sac(key: jax.Array, config: ExpertConfig) -> ContinuousCQLState:
     """Fresh SAC parameters (actor, twin critics, targets, log α = 0) and Adam states."""
     actor, critic = _modules(config)
-    return init_continuous_cql(actor, critic, key, _spec(), continuous_cql_default_hp(_spec()))
+    hp = continuous_cql_default_hp(_spec()).replace(actor_lr=jnp.float32(config.actor_lr),
+                                                    critic_lr=jnp.float32(config.critic_lr),
+                                                    temperature_lr=jnp.float32(config.temperature_lr))
+    return init_continuous_cql(actor, critic, key, _spec(), DataStats.identity(FEATURE_DIM), hp)
 
 
 def sac_update(state: ContinuousCQLState, batch: Batch, key: jax.Array, config: ExpertConfig
@@ -203,10 +206,9 @@ def sac_update(state: ContinuousCQLState, batch: Batch, key: jax.Array, config: 
 
     (a_loss, log_prob), a_grads = jax.value_and_grad(actor_loss_fn, has_aux=True)(state.actor_params)
     t_loss, t_grad = jax.value_and_grad(temperature_loss)(state.log_temperature, log_prob, -float(tasks.ACTION_DIM))
-    critic_params, critic_opt = adam_step(state.critic_params, c_grads, state.critic_opt, config.critic_lr)
-    actor_params, actor_opt = adam_step(state.actor_params, a_grads, state.actor_opt, config.actor_lr)
-    log_temperature, temperature_opt = adam_step(state.log_temperature, t_grad, state.temperature_opt,
-                                                 config.temperature_lr)
+    critic_params, critic_opt = adam_step(state.critic_params, c_grads, state.critic_opt)
+    actor_params, actor_opt = adam_step(state.actor_params, a_grads, state.actor_opt)
+    log_temperature, temperature_opt = adam_step(state.log_temperature, t_grad, state.temperature_opt)
     new_state = state.replace(actor_params=actor_params, critic_params=critic_params,
                               critic_target=polyak_update(state.critic_target, critic_params, config.tau),
                               log_temperature=log_temperature, actor_opt=actor_opt, critic_opt=critic_opt,

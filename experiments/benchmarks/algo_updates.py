@@ -87,6 +87,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from imaginejax import algos
 from imaginejax.algos.base import Algorithm, Spec
+from imaginejax.algos.common import DataStats, Datasets
 from imaginejax.algos.networks import NetConfig
 from imaginejax.data.sampling import sample_mixed
 from imaginejax.data.transitions import placeholder_like
@@ -208,36 +209,30 @@ def random_transitions(key: jax.Array, shapes: ShapeSet, size: int) -> Transitio
         embeddings=jax.random.normal(k[6], (NUM_INSTRUCTIONS, e), jnp.float32))
 
 
-Binder = Callable[[Any, Transitions, Transitions], Any]
-
-
-def engine_step(algo: Algorithm, batch_size: int, bind: Binder | None = None) -> Callable:
+def engine_step(algo: Algorithm, batch_size: int) -> Callable:
     """One update of one run as the engine's inner loop does it.
 
     (state, key, hp, real, imag) -> (state, key, metrics): the key is split into (next key, batch key,
     update key); the batch is ``sample_mixed(real, imag)`` at ratio 0 (``imag`` a one-row placeholder, as
-    the engine passes for real-only training); ``bind`` (the record's ``bind_data``, as the engine applies it) first binds the
-    datasets into ``hp``.
+    the engine passes for real-only training); the update receives both as its ``data``, as in the engine.
     """
     def step(state: Any, key: jax.Array, hp: Any, real: Transitions, imag: Transitions):
-        if bind is not None:
-            hp = bind(hp, real, imag)
         key, batch_key, update_key = jax.random.split(key, 3)
         batch = sample_mixed(batch_key, real, imag, batch_size, jnp.float32(0.0))
-        state, metrics = algo.update(state, batch, update_key, hp)
+        state, metrics = algo.update(state, batch, update_key, hp, Datasets.of(real, imag))
         return state, key, metrics
 
     return step
 
 
-def scan_updates(algo: Algorithm, batch_size: int, updates: int, bind: Binder | None = None) -> Callable:
+def scan_updates(algo: Algorithm, batch_size: int, updates: int) -> Callable:
     """All runs' N updates in one call: (carry, hp, data) -> (carry, metrics).
 
     carry = (state, keys) with a leading run axis R; hp too; data = (real, imag) is shared. Each run is a
     ``lax.scan`` of ``updates`` engine steps, vmapped over R; metrics are interval means (R,), as in the
     engine.
     """
-    step = engine_step(algo, batch_size, bind)
+    step = engine_step(algo, batch_size)
 
     def one_run(state: Any, key: jax.Array, hp: Any, data: tuple[Transitions, Transitions]):
         def body(carry, _):
@@ -298,8 +293,7 @@ class JaxBench:
         return time.perf_counter() - start
 
 
-def update_flops(algo: Algorithm, shapes: ShapeSet, batch_size: int, data: Transitions,
-                 bind: Binder | None = None) -> dict[str, Any]:
+def update_flops(algo: Algorithm, shapes: ShapeSet, batch_size: int, data: Transitions) -> dict[str, Any]:
     """Matmul FLOPs of one update of one run (vmapped over R = 1, as the engine runs it), from shapes only.
 
     Nothing is compiled or computed (the state comes from ``jax.eval_shape``); XLA's own count comes
@@ -312,8 +306,9 @@ def update_flops(algo: Algorithm, shapes: ShapeSet, batch_size: int, data: Trans
     spec = shapes.spec
     hp = broadcast_runs(algo.default_hp(spec), 1)
     keys = jax.random.split(jax.random.PRNGKey(0), 1)
-    state = jax.eval_shape(jax.vmap(lambda k, h: algo.init(k, spec, h)), keys, hp)
-    step = jax.vmap(engine_step(algo, batch_size, bind), in_axes=(0, 0, 0, None, None))
+    stats = jax.eval_shape(DataStats.from_transitions, data)
+    state = jax.eval_shape(jax.vmap(lambda k, h: algo.init(k, spec, stats, h)), keys, hp)
+    step = jax.vmap(engine_step(algo, batch_size), in_axes=(0, 0, 0, None, None))
     count: FlopCount = matmul_flops(step, state, keys, hp, data, placeholder_like(data))
     one_run = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), state)
     return {"matmul": count.flops, "dots": count.dots, "while_loops": count.while_loops,
@@ -325,11 +320,11 @@ def build_jax(name: str, shapes: ShapeSet, setting: Setting, seeds: int, updates
     """Compiles the R-run, N-update call of ``name`` and runs it once (untimed warm-up)."""
     spec = shapes.spec
     algo = algos.make(name, spec, setting.net)
-    bind = algo.bind_data
+    stats = DataStats.from_transitions(data)
     data = (data, placeholder_like(data))
     hp = broadcast_runs(algo.default_hp(spec), seeds)
     init_keys, run_keys = jnp.split(jax.random.split(jax.random.PRNGKey(0), 2 * seeds), 2)
-    state = jax.jit(jax.vmap(lambda k, h: algo.init(k, spec, h)))(init_keys, hp)
+    state = jax.jit(jax.vmap(lambda k, h: algo.init(k, spec, stats, h)))(init_keys, hp)
     carry = (state, run_keys)
     devices = jax.devices()
     if len(devices) > 1 and seeds % len(devices) == 0:  # the engine's layout: runs over a 1-D mesh
@@ -337,7 +332,7 @@ def build_jax(name: str, shapes: ShapeSet, setting: Setting, seeds: int, updates
         carry, hp = jax.device_put((carry, hp), NamedSharding(mesh, P("runs")))
         data = jax.device_put(data, NamedSharding(mesh, P()))
     start = time.perf_counter()
-    run = jax.jit(scan_updates(algo, setting.batch_size, updates, bind), donate_argnums=(0,))
+    run = jax.jit(scan_updates(algo, setting.batch_size, updates), donate_argnums=(0,))
     compiled = run.lower(carry, hp, data).compile()
     compile_seconds = time.perf_counter() - start
     # XLA counts a while (scan) body once: the cost analysis of the N-update call is one update of R runs.
@@ -424,7 +419,7 @@ def measure_pair(name: str, shapes: ShapeSet, setting: Setting, args: argparse.N
                  data: Transitions, worker: D3rlpyWorker | None, log: Callable[[str], None]) -> dict[str, Any]:
     """All seed counts of one (algorithm, action space) pair, JAX and d3rlpy alternating."""
     algo = algos.make(name, shapes.spec, setting.net)
-    flops = update_flops(algo, shapes, setting.batch_size, data, algo.bind_data)
+    flops = update_flops(algo, shapes, setting.batch_size, data)
     updates = args.updates or auto_updates(flops["matmul"], peak, args.target_seconds)
     log(f"{name} {shapes.name}: batch {setting.batch_size}, {flops['matmul'] / 1e6:,.1f} matmul MFLOP/update, "
         f"N = {updates}")

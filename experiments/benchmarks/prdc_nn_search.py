@@ -43,9 +43,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from imaginejax.algos.base import Spec
-from imaginejax.algos.common import StateNormalizer
-from imaginejax.algos.neighbors import ConstraintData, nearest_neighbor, rows_as_buffer
-from imaginejax.algos.prdc import DEFAULT_CHUNK, bind_datasets, make_prdc
+from imaginejax.algos.common import DataStats, Datasets
+from imaginejax.algos.neighbors import nearest_neighbor, rows_as_buffer
+from imaginejax.algos.prdc import DEFAULT_CHUNK, make_prdc
 from imaginejax.algos.td3bc import make_td3bc
 from imaginejax.data.transitions import placeholder_like
 from imaginejax.data.types import Batch, Transitions
@@ -123,8 +123,8 @@ def main() -> None:
     rows = []
     for k in args.sizes:
         real = synthetic_transitions(k)
-        norm = StateNormalizer.from_transitions(real)
-        data = ConstraintData(real=real, imag=placeholder_like(real))
+        norm = DataStats.from_transitions(real)
+        data = Datasets.of(real, placeholder_like(real))
         batch = batch_of(real, jax.random.PRNGKey(1), args.batch)
         query = policy_actions(batch, jax.random.PRNGKey(2))
 
@@ -137,12 +137,13 @@ def main() -> None:
         exact = jax.jit(search)
         row = {"K": k}
         record(row, "search", timed(exact, batch, query, data, norm, None, repeats=args.repeats))
-        hp = bind_datasets(prdc.default_hp(spec).replace(normalizer=norm), real, data.imag)
-        state = prdc.init(jax.random.PRNGKey(0), spec, hp)
-        record(row, "prdc_update", timed(prdc_update, state, batch, jax.random.PRNGKey(3), hp, repeats=args.repeats))
-        hp_td3 = td3bc.default_hp(spec).replace(normalizer=norm)
-        record(row, "td3bc_update", timed(td3bc_update, td3bc.init(jax.random.PRNGKey(0), spec, hp_td3), batch,
-                                          jax.random.PRNGKey(3), hp_td3, repeats=args.repeats))
+        hp = prdc.default_hp(spec)
+        state = prdc.init(jax.random.PRNGKey(0), spec, norm, hp)
+        record(row, "prdc_update", timed(prdc_update, state, batch, jax.random.PRNGKey(3), hp, data,
+                                         repeats=args.repeats))
+        hp_td3 = td3bc.default_hp(spec)
+        record(row, "td3bc_update", timed(td3bc_update, td3bc.init(jax.random.PRNGKey(0), spec, norm, hp_td3), batch,
+                                          jax.random.PRNGKey(3), hp_td3, data, repeats=args.repeats))
         if 0 < k <= args.kdtree_max:
             row.update(kdtree(real, norm, batch, query, args.repeats))
         row["subsets"] = []
@@ -202,7 +203,7 @@ def main() -> None:
     (args.out / "prdc_nn_search.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2), encoding="utf-8")
 
 
-def kdtree(real: Transitions, norm: StateNormalizer, batch: Batch, query: jax.Array, repeats: int) -> dict:
+def kdtree(real: Transitions, norm: DataStats, batch: Batch, query: jax.Array, repeats: int) -> dict:
     """The reference's host KD-tree over the joint keys (β·obs ⊕ a): build seconds, query milliseconds."""
     try:
         from scipy.spatial import cKDTree
