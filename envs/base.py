@@ -63,6 +63,8 @@ class EnvParams:
 
 # (strings (M,), phrasing ids (K, P) int32 padded with -1, phrasing counts (K,) int32): see instruction_table.
 InstructionTable = tuple[tuple[str, ...], np.ndarray, np.ndarray]
+# strings (M,) -> (M, E) float32 sentence embeddings, e.g. imaginejax.lang.encode_instructions.
+Encoder = Callable[[list[str]], Any]
 _Task = TypeVar("_Task")
 
 
@@ -168,26 +170,32 @@ def level_instruction_functions(phrasings: Callable[[_Task, str], Sequence[str]]
     return level_instruction_table, level_instructions
 
 
-def make_level_params(level: str, goals: np.ndarray, table: InstructionTable, max_steps: int, *,
-                      embed: bool, reset_tries: int) -> EnvParams:
-    """Builds :class:`EnvParams` from a level's goals (K, G) and its :func:`instruction_table`.
+def embed_instructions(strings: Sequence[str], embed: Encoder | None) -> np.ndarray:
+    """The (M, E) float32 embeddings of M instruction strings: ``embed(strings)``, or (M, 0) for None.
 
-    With ``embed`` the strings are embedded by :func:`imaginejax.lang.encode_instructions` (384-d,
-    cached); otherwise the embeddings are (M, 0) and observations are the bare state.
+    Environments do not load a sentence encoder: the caller passes one, e.g.
+    :func:`imaginejax.lang.encode_instructions` (E = 384).
     """
-    strings, phrasing_ids, counts = table
-    if embed:
-        from imaginejax.lang import encode_instructions  # lazy: loads the sentence encoder
-
-        embeddings = np.asarray(encode_instructions(list(strings)), np.float32)
-    else:
-        embeddings = np.zeros((len(strings), 0), np.float32)
+    if embed is True:
+        raise TypeError("embed=True: environments do not load the sentence encoder; pass "
+                        "embed=imaginejax.lang.encode_instructions (E = 384), or embed=None for bare states (E = 0)")
+    if embed is None or embed is False:
+        return np.zeros((len(strings), 0), np.float32)
+    embeddings = np.asarray(embed(list(strings)), np.float32)
     chex.assert_shape(embeddings, (len(strings), None))
+    return embeddings
+
+
+def make_level_params(level: str, goals: np.ndarray, table: InstructionTable, max_steps: int, *,
+                      embed: Encoder | None, reset_tries: int) -> EnvParams:
+    """Builds :class:`EnvParams` from a level's goals (K, G) and its :func:`instruction_table`, the strings
+    embedded by :func:`embed_instructions` (``embed=None``: E = 0, observations are the bare state)."""
+    strings, phrasing_ids, counts = table
     return EnvParams(
         goals=jnp.asarray(goals, jnp.int32),
         phrasing_ids=jnp.asarray(phrasing_ids, jnp.int32),
         phrasing_counts=jnp.asarray(counts, jnp.int32),
-        instruction_embeddings=jnp.asarray(embeddings, jnp.float32),
+        instruction_embeddings=jnp.asarray(embed_instructions(strings, embed), jnp.float32),
         max_steps=max_steps,
         level=level,
         reset_tries=reset_tries,
@@ -279,7 +287,7 @@ class TaskEnv:
         return importlib.import_module(cls._instructions_module).level_instructions(level)
 
     @classmethod
-    def default_params(cls, level: str = "train", *, embed: bool = True) -> EnvParams:
+    def default_params(cls, level: str = "train", *, embed: Encoder | None = None) -> EnvParams:
         """The :class:`EnvParams` of a level, from the environment's ``make_params`` (with its defaults)."""
         if cls._make_params is None:
             raise NotImplementedError(f"{cls.__name__} names no params factory: pass make_params=... in its "

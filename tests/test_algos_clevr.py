@@ -20,12 +20,14 @@ import pytest
 
 from imaginejax import algos, envs
 from imaginejax.algos.base import Spec
-from imaginejax.algos.combo import ComboConfig, make_discrete_combo
+from imaginejax.algos.combo import ComboConfig
+from imaginejax.algos.combo_discrete import make_discrete_combo
 from imaginejax.algos.networks import NetConfig
 from imaginejax.data import to_transitions
 from imaginejax.bench import cached_expert_data
 from imaginejax.demo import random_policy_success
 from imaginejax.engine import EngineConfig, broadcast_runs, make_train
+from imaginejax.lang import encode_instructions
 
 NET = NetConfig(encoder_width=128, hidden=(128,))
 SEEDS = 2
@@ -47,7 +49,7 @@ def _build(name: str, spec: Spec):
 
 @pytest.fixture(scope="module")
 def clevr(tmp_path_factory):
-    env, params = envs.make("clevr", "train")
+    env, params = envs.make("clevr", "train", embed=encode_instructions)
     spec = Spec(state_dim=env.state_dim, embed_dim=int(params.instruction_embeddings.shape[1]),
                 discrete=True, action_dim=env.num_actions)
     real = cached_expert_data("clevr", "train", 600, 0, 0.1, tmp_path_factory.mktemp("clevr-data"))

@@ -1,26 +1,41 @@
-"""HalfCheetah expert: features, the replay contents of a training chunk, checkpoint and packaged-weight
-loading (with its integrity check), the two-leg composition by hand, and the packaged expert's success
-on all nine tasks with the MuJoCo C backend (learning itself is measured by
-``python -m imaginejax.envs.cheetah.expert``, not here)."""
+"""HalfCheetah expert: features, the two-leg composition by hand, the acting network against the training
+actor, packaged-weight loading (with its integrity check), the packaged expert's success on all nine
+tasks with the MuJoCo C backend, and the trainer of experiments/experts/cheetah_sac.py (the replay
+contents of a training chunk, checkpoint round trips; learning itself is measured by running it)."""
 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import shutil
+import sys
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from imaginejax.algos.networks import NetConfig
+from imaginejax.algos.networks import NetConfig, TanhGaussianActor
 from imaginejax.checkpoint import CheckpointError
 from imaginejax.data.collect import collect
 from imaginejax.envs.cheetah import expert as E
 from imaginejax.envs.cheetah import tasks
 from imaginejax.envs.cheetah.env import HalfCheetah, make_params
 
-TINY = E.ExpertConfig(envs_per_task=1, updates_per_step=2, batch_size=8, buffer_size=64, warmup_steps=2,
+TRAINER_FILE = Path(__file__).resolve().parents[1] / "experiments" / "experts" / "cheetah_sac.py"
+
+
+def _load_trainer():
+    spec = importlib.util.spec_from_file_location("cheetah_sac", TRAINER_FILE)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["cheetah_sac"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+T = _load_trainer()
+TINY = T.ExpertConfig(envs_per_task=1, updates_per_step=2, batch_size=8, buffer_size=64, warmup_steps=2,
                       steps_per_chunk=3, net=NetConfig(encoder_width=16, encoder_layers=2, hidden=(16,)))
 EPISODES_PER_TASK = 40  # success >= 90 % means at most 4 failures of 40 per task
 MIN_SUCCESS = 0.9
@@ -61,8 +76,8 @@ def test_skill_inputs_compose_the_two_leg_tasks_by_hand():
 
 
 def test_training_chunk_fills_the_buffer_with_env_transitions():
-    trainer = E.init_trainer(jax.random.PRNGKey(0), TINY)
-    chunk = E.make_train_chunk(TINY)
+    trainer = T.init_trainer(jax.random.PRNGKey(0), TINY)
+    chunk = T.make_train_chunk(TINY)
     trainer, metrics = chunk(trainer)
     n = TINY.num_envs
     assert int(trainer.size) == 3 * n and int(trainer.vector_steps) == 3 and int(trainer.sac.step) == 2
@@ -81,25 +96,28 @@ def test_training_chunk_fills_the_buffer_with_env_transitions():
 
 
 def test_checkpoint_round_trip_and_policy_in_collect(tmp_path):
-    sac = E.init_sac(jax.random.PRNGKey(1), TINY)
-    path = E.save_expert(tmp_path, sac, TINY, step=1)
-    loaded = E.load_expert(path, TINY)
+    sac = T.init_sac(jax.random.PRNGKey(1), TINY)
+    path = T.save_expert(tmp_path, sac, TINY, step=1)
+    loaded = T.load_expert(path, TINY)
     for a, b in zip(jax.tree.leaves(sac), jax.tree.leaves(loaded)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     # load_actor finds the latest checkpoint of a training directory, and reads an exported actor file
     newer = sac.replace(actor_params=jax.tree.map(lambda x: x + 1.0, sac.actor_params))
-    E.save_expert(tmp_path, newer, TINY, step=2)
-    digest = E.save_actor(tmp_path / "actor.npz", newer.actor_params)
+    T.save_expert(tmp_path, newer, TINY, step=2)
+    digest = T.save_actor(tmp_path / "actor.npz", newer.actor_params)
     assert digest == hashlib.sha256((tmp_path / "actor.npz").read_bytes()).hexdigest()
-    assert E.save_actor(tmp_path / "again.npz", newer.actor_params) == digest  # byte-reproducible export
-    for weights in (tmp_path, tmp_path / "actor.npz"):
-        for a, b in zip(jax.tree.leaves(newer.actor_params), jax.tree.leaves(E.load_actor(weights, TINY))):
+    assert T.save_actor(tmp_path / "again.npz", newer.actor_params) == digest  # byte-reproducible export
+    for loaded_actor in (T.load_actor(tmp_path, TINY), T.load_actor(tmp_path / "actor.npz", TINY),
+                         E.load_actor(tmp_path / "actor.npz")):
+        for a, b in zip(jax.tree.leaves(newer.actor_params), jax.tree.leaves(loaded_actor)):
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     with pytest.raises(CheckpointError, match="no HalfCheetah expert checkpoint"):
-        E.load_actor(tmp_path / "empty-dir-that-does-not-exist", TINY)
+        T.load_actor(tmp_path / "empty-dir-that-does-not-exist", TINY)
+    with pytest.raises(E.ExpertWeightsError, match="--export-from"):
+        E.load_actor(tmp_path)  # envs read actor files only; checkpoints are the trainer's
 
     params = make_params("hard", embed=False)
-    policy = E.make_policy(loaded.actor_params, TINY)
+    policy = E.make_policy(loaded.actor_params)
     ds = collect(HalfCheetah("mujoco"), params, policy, jax.random.PRNGKey(2), 3,
                  task_indices=np.arange(3), chunk_size=3, progress=False)
     assert ds.actions.shape == (3, 200, 6) and np.abs(ds.actions).max() <= 1.0
@@ -108,11 +126,31 @@ def test_checkpoint_round_trip_and_policy_in_collect(tmp_path):
                     task_indices=np.arange(3), chunk_size=3, progress=False)
     np.testing.assert_array_equal(ds.actions, again.actions)
     # Gaussian action noise: different actions, still inside the action box
-    noisy = collect(HalfCheetah("mujoco"), params, E.make_policy(loaded.actor_params, TINY, noise=0.3),
+    noisy = collect(HalfCheetah("mujoco"), params, E.make_policy(loaded.actor_params, noise=0.3),
                     jax.random.PRNGKey(2), 3, task_indices=np.arange(3), chunk_size=3, progress=False)
     assert np.abs(noisy.actions).max() <= 1.0 and not np.array_equal(noisy.actions[:, 0], ds.actions[:, 0])
     with pytest.raises(ValueError, match="noise"):
-        E.make_policy(loaded.actor_params, TINY, noise=-0.1)
+        E.make_policy(loaded.actor_params, noise=-0.1)
+
+
+def test_acting_network_is_the_training_actor():
+    """envs' plain forward pass equals the training actor's (algos' TanhGaussianActor) mean, on the shipped
+    weights and on a tiny random actor."""
+    features = jax.random.normal(jax.random.PRNGKey(3), (5, E.FEATURE_DIM)) * jnp.asarray(E.FEATURE_SCALE)
+    shipped = TanhGaussianActor(NetConfig(E.ENCODER_WIDTH, E.ENCODER_LAYERS, E.HIDDEN), tasks.ACTION_DIM)
+    tiny = TanhGaussianActor(TINY.net, tasks.ACTION_DIM)
+    random_tiny = tiny.init(jax.random.PRNGKey(4), features)
+    for module, params in ((shipped, E.load_actor()), (tiny, random_tiny)):
+        want = module.apply(params, features / jnp.asarray(E.FEATURE_SCALE))[0]
+        np.testing.assert_allclose(E.actor_mean(params, features), want, rtol=1e-5, atol=1e-6)
+
+
+def test_actor_file_of_another_network_is_refused(tmp_path):
+    params = TanhGaussianActor(NetConfig(8, 1, (8,)), tasks.ACTION_DIM + 1).init(
+        jax.random.PRNGKey(0), jnp.zeros((1, E.FEATURE_DIM)))
+    T.save_actor(tmp_path / "wide.npz", params)
+    with pytest.raises(E.ExpertWeightsError, match="another network"):
+        E.load_actor(tmp_path / "wide.npz")
 
 
 def test_packaged_weights_are_small_and_match_their_checksum():
@@ -135,10 +173,10 @@ def test_damaged_packaged_weights_name_the_file_and_the_retrain_command(tmp_path
         copy.write_bytes(data[:middle] + bytes([data[middle] ^ 0xFF]) + data[middle + 1:])
     else:
         copy.unlink()
-    with pytest.raises(CheckpointError) as error:
+    with pytest.raises(E.ExpertWeightsError) as error:
         E.load_actor_file(copy, E.PACKAGED_SHA256)
     message = str(error.value)
-    assert str(copy) in message and "python -m imaginejax.envs.cheetah.expert" in message
+    assert str(copy) in message and "python experiments/experts/cheetah_sac.py" in message
     assert ("missing" if damage == "missing" else "truncated or corrupted") in message
 
 

@@ -214,7 +214,7 @@ def test_easy_level_is_one_step():
 def test_embedded_observations_use_the_sentence_encoder():
     lang = pytest.importorskip("imaginejax.lang")
     try:
-        env, params = envs.make("clevr", "easy", embed=True)
+        env, params = envs.make("clevr", "easy", embed=lang.encode_instructions)
     except lang.ModelFilesNotFoundError as err:  # pragma: no cover - depends on the machine
         pytest.skip(f"sentence-encoder files not installed: {err}")
     assert params.instruction_embeddings.shape == (len(env.instructions("easy")), lang.EMBED_DIM)

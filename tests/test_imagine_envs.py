@@ -33,14 +33,11 @@ from imaginejax.imaginer.imagine import (
     rollouts_to_dataset,
 )
 from imaginejax.imaginer.kalm import rollout_prompts
+from imaginejax.envs import quality_rules
+from imaginejax.envs.cheetah.quality import CHEETAH_ERROR_SCALE, cheetah_violations
+from imaginejax.envs.libero.quality import libero_violations, project_libero
+from imaginejax.envs.metaworld.quality import metaworld_violations, project_metaworld
 from imaginejax.imaginer.quality import (
-    CHEETAH_ERROR_SCALE,
-    cheetah_violations,
-    libero_violations,
-    metaworld_violations,
-    project_libero,
-    project_metaworld,
-    quality_adapter,
     quality_report,
     score_dataset,
     summarize,
@@ -230,7 +227,7 @@ def test_non_finite_rows_are_dropped_and_an_all_nan_model_writes_nothing(env_nam
                 SHAPES[env_name][0], horizon=SHAPES[env_name][1], progress=False)
 
 
-# ------------------------------------------------------------------------- HalfCheetah adapter
+# ------------------------------------------------------------------------- HalfCheetah rules
 
 
 @pytest.fixture(scope="module")
@@ -312,12 +309,12 @@ def test_cheetah_categories_partition_env_legal() -> None:
     assert 0.05 < legal.mean() < 0.95
     assert np.asarray(categories["non-finite"])[:5].all()
     # The simulator leaves non-finite rows non-finite (they score as infinitely wrong).
-    adapter = quality_adapter("cheetah")
-    out = np.asarray(adapter.simulate(jnp.asarray(states[:8]), jnp.zeros((8, 6))))
+    rules = quality_rules("cheetah")
+    out = np.asarray(rules.simulate(jnp.asarray(states[:8]), jnp.zeros((8, 6))))
     assert np.isnan(out[:5]).any(axis=1).all() and np.isfinite(out[5:]).all()
 
 
-# -------------------------------------------------------------------------- Meta-World adapter
+# -------------------------------------------------------------------------- Meta-World rules
 
 
 def test_metaworld_expert_trajectories_and_hand_edited_states() -> None:
@@ -390,7 +387,7 @@ def test_metaworld_projection_repairs_each_field() -> None:
     assert np.isnan(np.asarray(project_metaworld(jnp.asarray(nan)))[obj])
 
 
-# ------------------------------------------------------------------------------ BabyAI adapter
+# ------------------------------------------------------------------------------ BabyAI rules
 
 
 def test_babyai_expert_trajectories_score_perfectly() -> None:
@@ -410,7 +407,7 @@ def test_babyai_expert_trajectories_score_perfectly() -> None:
         assert report[level]["goal_consistency"] == pytest.approx(ds.terminals.any(axis=1).mean())
 
 
-# ------------------------------------------------------------------------------ LIBERO adapter
+# ------------------------------------------------------------------------------ LIBERO rules
 
 
 def libero_qpos() -> np.ndarray:

@@ -3,7 +3,7 @@ known answers: a rollout stepped by the simulator has zero transition error, a t
 exactly its jump as error, a ball off the table and two overlapping balls are illegal (by category),
 a rollout ending in the goal is consistent; the summary rates and the filter's choices are counted by
 hand. Also: the CLEVR categories partition ``env.legal``, the projection lands on legal states, BabyAI
-is scored from its 17-d vector, and a new environment is one registry entry."""
+is scored from its 17-d vector, and a new environment's rules are scored as given."""
 
 from __future__ import annotations
 
@@ -21,17 +21,14 @@ from imaginejax.data.types import TrajectoryDataset
 from imaginejax.envs.babyai import grid as G
 from imaginejax.envs.babyai import tasks as babyai_tasks
 from imaginejax.envs.clevr import physics
+from imaginejax.envs.babyai.quality import project_babyai
 from imaginejax.envs.clevr import tasks as clevr_tasks
+from imaginejax.envs.clevr.quality import clevr_violations, project_clevr
+from imaginejax.envs.registry import ILLEGAL, QualityRules
 from imaginejax.imaginer.quality import (
-    ILLEGAL,
-    QualityAdapter,
     QualityError,
-    clevr_violations,
     filter_dataset,
-    project_babyai,
-    project_clevr,
     quality_report,
-    register_quality_adapter,
     score_dataset,
     summarize,
 )
@@ -253,17 +250,18 @@ def test_babyai_is_scored_from_its_state_vector() -> None:
     np.testing.assert_array_equal(projected, np.asarray(east.at[G.AGENT_X].set(6.0)))
 
 
-def test_a_new_environment_is_one_registry_entry() -> None:
-    """A 2-d toy world (a point moved by ±0.1 per action) with and without a simulator."""
+def test_quality_rules_of_a_new_environment() -> None:
+    """A 2-d toy world (a point moved by ±0.1 per action) with and without a simulator, scored with the
+    rules its registry entry would give."""
     legal = lambda s: jnp.all(jnp.abs(s) <= 1.0, axis=-1)  # noqa: E731
     success = lambda prev, a, nxt, goal: nxt[..., 0] > 0.5  # noqa: E731
     step = lambda s, a: s.at[..., 0].add(jnp.where(a == 0, 0.1, -0.1))  # noqa: E731
-    register_quality_adapter("toy-sim", lambda: QualityAdapter(
+    sim_rules = QualityRules(
         name="toy-sim", state_dim=2, success=success, legal=legal, simulate=step, entity_size=1,
-        error_scale=0.1, error_unit="steps of 0.1", threshold=0.5))
-    register_quality_adapter("toy-nosim", lambda: QualityAdapter(
+        error_scale=0.1, error_unit="steps of 0.1", threshold=0.5)
+    nosim_rules = QualityRules(
         name="toy-nosim", state_dim=2, success=success, legal=legal, simulate=None, entity_size=1,
-        error_scale=1.0, error_unit="-", threshold=1.0, no_simulator_reason="it is a toy"))
+        error_scale=1.0, error_unit="-", threshold=1.0, no_simulator_reason="it is a toy")
     states = np.array([[[0.45, 0.0], [0.55, 0.0]], [[0.0, 0.0], [0.4, 2.0]]], np.float32)
     base = dict(states=states, actions=np.zeros((2, 1), np.int32), rewards=np.zeros((2, 1), np.float32),
                 mask=np.ones((2, 1), bool), terminals=np.array([[True], [False]]),
@@ -271,17 +269,17 @@ def test_a_new_environment_is_one_registry_entry() -> None:
                 goals=np.zeros((2, 1), np.int32), instructions=("go right",),
                 instruction_embeddings=np.zeros((1, 0), np.float32), level="train",
                 source="imaginary", discrete=True)
-    sim = summarize(score_dataset(TrajectoryDataset(env="toy-sim", **base)))
+    sim = summarize(score_dataset(TrajectoryDataset(env="toy-sim", **base), rules=sim_rules))
     assert sim["goal_consistency"] == 0.5 and sim["legal_rollout_rate"] == 0.5
     # row 1: x should be 0.1 (off by 0.3 = 3 steps), y should be 0 (off by 2 = 20 steps)
     assert sim["transition_error"]["max"] == pytest.approx(20.0, rel=1e-5)
     assert sim["exceeds_dynamics_rate"] == 0.5
-    nosim = quality_report(TrajectoryDataset(env="toy-nosim", **base))
+    nosim = quality_report(TrajectoryDataset(env="toy-nosim", **base), rules=nosim_rules)
     assert nosim.levels["train"]["exceeds_dynamics_rate"] is None
     assert "not checked: it is a toy" in nosim.to_markdown()
     with pytest.raises(QualityError, match="no simulator"):
         filter_dataset(TrajectoryDataset(env="toy-nosim", **base), nosim, max_transition_error=1.0)
-    with pytest.raises(QualityError, match="register_quality_adapter"):
+    with pytest.raises(QualityError, match=r"give its registry entry \(imaginejax.envs.<name>.ENTRY\) a `quality`"):
         score_dataset(TrajectoryDataset(env="unknown-env", **base))
 
 
@@ -360,21 +358,20 @@ def test_babyai_imagination_uses_the_step_indexed_reward() -> None:
     assert ds.provenance["quality"]["num_rollouts"] == 2
 
 
-def test_adapter_checks_its_fields_and_per_dimension_scales() -> None:
-    """A per-dimension error scale divides each dimension before the entity norm; malformed adapters
+def test_quality_rules_check_their_fields_and_per_dimension_scales() -> None:
+    """A per-dimension error scale divides each dimension before the entity norm; malformed rules$
     are refused with the field named."""
     legal = lambda s: jnp.all(jnp.abs(s) <= 1.0, axis=-1)  # noqa: E731
     success = lambda prev, a, nxt, goal: nxt[..., 0] > 0.5  # noqa: E731
     step = lambda s, a: s.at[..., 0].add(0.1)  # noqa: E731
     common = dict(state_dim=2, legal=legal, simulate=step, entity_size=1, error_unit="-", threshold=1.0)
     with pytest.raises(ValueError, match="error_scale must be a number or 2 numbers"):
-        QualityAdapter(name="bad", success=success, error_scale=(1.0, 1.0, 1.0), **common)
+        QualityRules(name="bad", success=success, error_scale=(1.0, 1.0, 1.0), **common)
     with pytest.raises(ValueError, match="error_scale and threshold must be > 0"):
-        QualityAdapter(name="bad", success=success, error_scale=(1.0, 0.0), **common)
+        QualityRules(name="bad", success=success, error_scale=(1.0, 0.0), **common)
     with pytest.raises(ValueError, match="`success` predicate or `episode` rules"):
-        QualityAdapter(name="bad", success=None, error_scale=1.0, **common)
-    register_quality_adapter("toy-scaled", lambda: QualityAdapter(
-        name="toy-scaled", success=success, error_scale=(0.1, 2.0), **common))
+        QualityRules(name="bad", success=None, error_scale=1.0, **common)
+    scaled_rules = QualityRules(name="toy-scaled", success=success, error_scale=(0.1, 2.0), **common)
     # x should become 0.1 (off by 0.3 -> 3 units of 0.1), y should stay 0 (off by 0.5 -> 0.25 units)
     states = np.array([[[0.0, 0.0], [0.4, 0.5]]], np.float32)
     ds = TrajectoryDataset(
@@ -383,6 +380,6 @@ def test_adapter_checks_its_fields_and_per_dimension_scales() -> None:
         instruction_ids=np.zeros(1, np.int32), goals=np.zeros((1, 1), np.int32), instructions=("go",),
         instruction_embeddings=np.zeros((1, 0), np.float32), env="toy-scaled", level="train",
         source="imaginary", discrete=True)
-    scores = score_dataset(ds)
+    scores = score_dataset(ds, rules=scaled_rules)
     np.testing.assert_allclose(scores.per_dimension_error[0, 0], [3.0, 0.25], rtol=1e-5)
     np.testing.assert_allclose(scores.transition_error[0, 0], 3.0, rtol=1e-5)

@@ -44,7 +44,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from imaginejax.envs.base import EnvParams, TaskEnv, make_level_params
+from imaginejax.envs.base import Encoder, EnvParams, TaskEnv, make_level_params
 
 from imaginejax.envs.babyai import grid as G
 from imaginejax.envs.babyai import instructions as instr
@@ -71,7 +71,7 @@ class EnvState:
     success: jax.Array
 
 
-def make_params(level: str, *, embed: bool = True, reset_tries: int = DEFAULT_RESET_TRIES) -> EnvParams:
+def make_params(level: str, *, embed: Encoder | None = None, reset_tries: int = DEFAULT_RESET_TRIES) -> EnvParams:
     """The :class:`EnvParams` of a level (:data:`tasks.LEVELS`); ``embed`` as in
     :func:`~imaginejax.envs.base.make_level_params`; ``reset_tries`` object layouts are drawn at reset."""
     return make_level_params(level, tasks.level_goals(level), instr.level_instruction_table(level),

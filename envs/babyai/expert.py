@@ -336,3 +336,9 @@ def make_policy(config: ExpertConfig = ExpertConfig()) -> Policy:
         return expert_actions(key, state.grid, params.goals[state.task], config)
 
     return policy
+
+
+def expert_policy(noise: float = 0.0) -> Policy:
+    """The expert as a collection policy (its registry entry): ``noise`` is ε, the probability of
+    replacing the expert's action by a uniformly random one."""
+    return make_policy(ExpertConfig(epsilon=noise))

@@ -40,7 +40,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from imaginejax.envs.base import EnvParams, TaskEnv, make_level_params
+from imaginejax.envs.base import Encoder, EnvParams, TaskEnv, make_level_params
 
 from imaginejax.envs.cheetah import backends
 from imaginejax.envs.cheetah import instructions as instr
@@ -74,7 +74,7 @@ class EnvState:
     success: jax.Array
 
 
-def make_params(level: str, *, embed: bool = True) -> EnvParams:
+def make_params(level: str, *, embed: Encoder | None = None) -> EnvParams:
     """The :class:`EnvParams` of a level (:data:`tasks.LEVELS`); ``embed`` as in
     :func:`~imaginejax.envs.base.make_level_params` (``reset_tries`` = 1: the reset draws no candidates)."""
     return make_level_params(level, tasks.level_goals(level), instr.level_instruction_table(level),

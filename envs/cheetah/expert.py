@@ -1,57 +1,25 @@
-"""HalfCheetah experts: one task-conditioned soft actor-critic trained online on the MuJoCo C backend.
+"""The HalfCheetah expert: one task-conditioned soft actor-critic policy for all nine tasks, and its shipped weights.
 
-HalfCheetah has no scripted expert; the reference trained one RL policy per task. Here one policy
-serves all nine tasks: its input is the 18-d state, the goal (kind one-hot, direction) and the episode's
-running quantities that the task needs but the state does not carry (step count, which legs are done,
-Σ) — privileged information an expert may use, read from the environment state. Everything
-(environment steps through the ``pure_callback`` physics, replay buffer, gradient updates) runs inside
-one compiled ``lax.scan`` per chunk of training; a Python loop over chunks only logs and saves.
+The policy's input is the 18-d state, the goal (kind one-hot, direction) and the episode's running
+quantities the task needs but the state does not carry (step count, which legs are done, Σ) — privileged
+information read from the environment state (:func:`expert_features`). The actor is an MLP: two tanh
+layers, then ReLU layers, then a linear layer giving the mean and log-std of a pre-tanh Gaussian; the
+expert acts with ``tanh(mean)``.
 
-Training semantics (not the evaluation semantics): every episode runs the full 200 steps (a task's
-success does not end it, so the agent never learns to avoid succeeding in order to keep collecting
-reward) and a time limit is a truncation (the TD target bootstraps). Rewards are the tasks' own
-(:func:`tasks.reward`). Evaluation and data collection use the real environment (:func:`make_policy`
-with :func:`imaginejax.data.collect.collect`), where success ends an episode.
+The two-leg hard tasks are composed from learned skills (:func:`skill_inputs`): the first leg with the
+*jump* skill of its direction, the second with the *run* skill of the other direction, seeing its own
+leg's steps and distance. :func:`expert_action` applies the composition to every goal (the identity on
+the seven single-skill goals), so data collection has one policy for all nine tasks.
 
-SAC (Haarnoja et al. 2018) from the shared pieces: tanh-Gaussian actor and temperature loss
-(:mod:`imaginejax.algos.sac`), twin critics, TD target, Adam and Polyak updates
-(:mod:`imaginejax.algos.common`), and the parameter record of continuous CQL
-(:class:`imaginejax.algos.cql.ContinuousCQLState`, whose Lagrange fields stay unused). The update is
-CQL's with the conservative term removed and the entropy term kept in the target:
-
-    y = r + γ [ min_i Q_θi'(o', a') − α log π(a'|o') ],  a' ~ π(·|o')
-    L(θ) = Σ_i E[(Q_θi(o, a) − y)²],  L(φ) = E[α log π(ã|o) − min_i Q_θi(o, ã)],
-    L(log α) = −log α · E[log π(ã|o) + H̄],  H̄ = −6.
-
-Training checkpoints (:func:`save_expert`, :func:`load_expert`, ``--out``, ``--export-from``) are written
-with :mod:`imaginejax.checkpoint`, the project's one checkpoint module: orbax-checkpoint, synchronous,
-atomic (orbax's temporary directory, renamed when complete), SHA-256-verified on load, last two kept.
-
-**The two-leg hard tasks are composed, not learned.** Trained on "forward then backward" directly, the
-policy settles in a local optimum: it rears up (pitch ≈ 1.2 rad) and shuffles forward ≈ 2.5 m in 200
-steps, so the forward leg (> 30 forward steps summing to > 3 m) is never done and the task never
-succeeds (0 %). Switching the learned *run* skills at the leg boundary is not enough either (≈ 75–90 %):
-after a full-speed forward run, the run-backward skill lands in that same reared-up pose. What works
-(98–100 % both ways in every measurement, 50–200 episodes per task; see :func:`skill_inputs`) is to do the first leg with the *jump* skill of that
-direction, whose speed term is capped at 1 m/s so the cheetah is slow when the leg is done, then the
-second leg with the *run* skill of the other direction, seeing the steps and distance of its own leg.
-The composition is a pure function of (progress, t, goal); :func:`expert_action` applies it for every
-task (the identity on the seven other goals), so data collection has one policy for all nine tasks.
-
-**Packaged weights.** The trained actor ships as ``assets/cheetah_sac_actor.npz`` (float32, ≈ 130 KB,
-SHA-256 :data:`PACKAGED_SHA256`): :func:`expert_policy` collects data on a fresh machine without
-training. Regenerate with ``python -m imaginejax.envs.cheetah.expert --out DIR --write-asset FILE``
-(trains; ``--export-from CHECKPOINT`` exports an existing checkpoint instead) and update the checksum.
-The asset is a data file exported from a training checkpoint (the actor only, one byte-reproducible
-NumPy ``.npz`` read by :func:`load_actor_file`), not a checkpoint itself.
+The trained actor ships as ``assets/cheetah_sac_actor.npz`` (float32 arrays, no pickle), checked against
+:data:`PACKAGED_SHA256` when loaded. Training lives outside the environment: ``python
+experiments/experts/cheetah_sac.py --out DIR --write-asset FILE`` re-makes the file.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
-import sys
-import time
+import re
 import zipfile
 from pathlib import Path
 from typing import Any, Callable, Final
@@ -59,18 +27,8 @@ from typing import Any, Callable, Final
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import struct
 
-from imaginejax.algos.base import Spec
-from imaginejax.algos.common import DataStats, TwinCritic, adam_step, polyak_update, td_target, twin_critic_loss
-from imaginejax.algos.cql import ContinuousCQLState, continuous_cql_default_hp, init_continuous_cql
-from imaginejax.algos.networks import NetConfig
-from imaginejax.algos.sac import TanhGaussianActor, sac_actor_loss, sample_tanh_gaussian, temperature_loss
-from imaginejax.checkpoint import (CheckpointError, flatten_named, is_checkpoint, list_checkpoints,
-                                   load_checkpoint, save_checkpoint, unflatten_named)
-from imaginejax.data.types import Batch
 from imaginejax.envs.base import EnvParams
-
 from imaginejax.envs.cheetah import tasks
 from imaginejax.envs.cheetah.env import EnvState, HalfCheetah
 
@@ -82,14 +40,22 @@ FEATURE_DIM: Final[int] = tasks.STATE_DIM + NUM_KINDS + 5
 # vx, vz, pitch rate, 6 joint speeds, then the task features (already O(1)).
 FEATURE_SCALE: Final[np.ndarray] = np.concatenate([
     [0.3, 0.2, 1.0], np.full(6, 0.5), [5.0, 2.0, 5.0], np.full(6, 10.0), np.ones(NUM_KINDS + 5)]).astype(np.float32)
+# The shipped actor's shape: tanh encoder layers of this width, then the ReLU hidden layers.
+ENCODER_WIDTH: Final[int] = 64
+ENCODER_LAYERS: Final[int] = 2
+HIDDEN: Final[tuple[int, ...]] = (128, 128)
 
 PACKAGED_ACTOR: Final[Path] = Path(__file__).resolve().parent / "assets" / "cheetah_sac_actor.npz"
-# SHA-256 of PACKAGED_ACTOR: the actor of checkpoint 60 of `python -m imaginejax.envs.cheetah.expert`
-# (seed 0, default ExpertConfig, 540,000 environment steps), exported with --export-from.
+# SHA-256 of PACKAGED_ACTOR: checkpoint 60 of experiments/experts/cheetah_sac.py (seed 0, its default
+# configuration), exported with --export-from.
 PACKAGED_SHA256: Final[str] = "7a77aaea13b174b8626360c61125ead8057ebf96cb04ed6399ef9a459d639cb4"
-RETRAIN_COMMAND: Final[str] = ("python -m imaginejax.envs.cheetah.expert --out DIR --write-asset FILE "
-                               "(then pass weights=DIR, or weights=FILE)")
-_ACTOR_PREFIX: Final[str] = "actor"
+RETRAIN_COMMAND: Final[str] = ("python experiments/experts/cheetah_sac.py --out DIR --write-asset FILE "
+                               "(then pass weights=FILE)")
+ACTOR_PREFIX: Final[str] = "actor"
+
+
+class ExpertWeightsError(RuntimeError):
+    """Expert weights that cannot be used; the message names the file and the command that re-makes it."""
 
 
 def expert_features(state_vec: jax.Array, progress: tasks.Progress, t: jax.Array, goal: jax.Array) -> jax.Array:
@@ -109,123 +75,6 @@ def expert_features(state_vec: jax.Array, progress: tasks.Progress, t: jax.Array
 def state_features(state: EnvState, params: EnvParams) -> jax.Array:
     """:func:`expert_features` of a batched environment state."""
     return expert_features(HalfCheetah.state_vector(state), state.progress, state.t, params.goals[state.task])
-
-
-@dataclasses.dataclass(frozen=True)
-class ExpertConfig:
-    """Static training configuration (changing it recompiles).
-
-    Attributes:
-      envs_per_task: parallel environments per task (9 tasks).
-      updates_per_step: gradient updates per vector environment step.
-      batch_size: minibatch size.
-      buffer_size: replay capacity (transitions).
-      warmup_steps: vector steps of uniformly random actions before the first update.
-      steps_per_chunk: vector steps per compiled call.
-      net: actor and critic shapes (language-encoder tanh layers, then the ReLU head).
-      actor_lr, critic_lr, temperature_lr, gamma, tau: SAC hyperparameters.
-      backend: physics backend of the training environments.
-    """
-
-    envs_per_task: int = 4
-    updates_per_step: int = 8
-    batch_size: int = 128
-    buffer_size: int = 400_000
-    warmup_steps: int = 100
-    steps_per_chunk: int = 250
-    net: NetConfig = NetConfig(encoder_width=64, encoder_layers=2, hidden=(128, 128))
-    actor_lr: float = 3e-4
-    critic_lr: float = 3e-4
-    temperature_lr: float = 3e-4
-    gamma: float = 0.99
-    tau: float = 0.005
-    backend: str = "mujoco"
-
-    @property
-    def num_envs(self) -> int:
-        return self.envs_per_task * len(ALL_GOALS)
-
-
-def expert_params() -> EnvParams:
-    """An :class:`EnvParams` holding all nine goals (no instructions): the training task table."""
-    k = len(ALL_GOALS)
-    return EnvParams(goals=jnp.asarray(ALL_GOALS), phrasing_ids=jnp.zeros((k, 1), jnp.int32),
-                     phrasing_counts=jnp.ones((k,), jnp.int32), instruction_embeddings=jnp.zeros((1, 0)),
-                     max_steps=tasks.MAX_STEPS, level="all", reset_tries=1)
-
-
-def _modules(config: ExpertConfig) -> tuple[TanhGaussianActor, TwinCritic]:
-    return TanhGaussianActor(config.net, tasks.ACTION_DIM), TwinCritic(config.net)
-
-
-def _spec() -> Spec:
-    return Spec(state_dim=FEATURE_DIM, embed_dim=0, discrete=False, action_dim=tasks.ACTION_DIM)
-
-
-def _normalize(features: jax.Array) -> jax.Array:
-    return features / jnp.asarray(FEATURE_SCALE)
-
-
-def init_sac(key: jax.Array, config: ExpertConfig) -> ContinuousCQLState:
-    """Fresh SAC parameters (actor, twin critics, targets, log α = 0) and Adam states."""
-    actor, critic = _modules(config)
-    hp = continuous_cql_default_hp(_spec()).replace(actor_lr=jnp.float32(config.actor_lr),
-                                                    critic_lr=jnp.float32(config.critic_lr),
-                                                    temperature_lr=jnp.float32(config.temperature_lr))
-    return init_continuous_cql(actor, critic, key, _spec(), DataStats.identity(FEATURE_DIM), hp)
-
-
-def sac_update(state: ContinuousCQLState, batch: Batch, key: jax.Array, config: ExpertConfig
-               ) -> tuple[ContinuousCQLState, dict[str, jax.Array]]:
-    """One SAC update (critics, actor, temperature; losses at the pre-update parameters).
-
-    Args:
-      state: SAC parameters.
-      batch: B transitions; ``batch.state`` / ``next_state`` are (B, 28) expert features, no embedding.
-      key: PRNG key of the target and actor samples.
-      config: the static configuration.
-    Returns: the new state and metrics (critic_loss, actor_loss, temperature, entropy, target_q).
-    """
-    actor, critic = _modules(config)
-    obs, next_obs = _normalize(batch.state), _normalize(batch.next_state)
-    k_target, k_actor = jax.random.split(key)
-    temperature = jnp.exp(state.log_temperature)
-    next_mean, next_log_std = actor.apply(state.actor_params, next_obs)
-    next_action, next_log_prob = sample_tanh_gaussian(k_target, next_mean, next_log_std)
-    next_value = jnp.min(critic.apply(state.critic_target, next_obs, next_action), axis=0)
-    target = jax.lax.stop_gradient(td_target(batch.reward, batch.terminal, next_value - temperature * next_log_prob,
-                                             config.gamma))
-    c_loss, c_grads = jax.value_and_grad(
-        lambda p: twin_critic_loss(critic.apply(p, obs, batch.action), target))(state.critic_params)
-
-    def actor_loss_fn(params):
-        mean, log_std = actor.apply(params, obs)
-        action, log_prob = sample_tanh_gaussian(k_actor, mean, log_std)
-        q = jnp.min(critic.apply(state.critic_params, obs, action), axis=0)
-        return sac_actor_loss(q, log_prob, temperature), log_prob
-
-    (a_loss, log_prob), a_grads = jax.value_and_grad(actor_loss_fn, has_aux=True)(state.actor_params)
-    t_loss, t_grad = jax.value_and_grad(temperature_loss)(state.log_temperature, log_prob, -float(tasks.ACTION_DIM))
-    critic_params, critic_opt = adam_step(state.critic_params, c_grads, state.critic_opt)
-    actor_params, actor_opt = adam_step(state.actor_params, a_grads, state.actor_opt)
-    log_temperature, temperature_opt = adam_step(state.log_temperature, t_grad, state.temperature_opt)
-    new_state = state.replace(actor_params=actor_params, critic_params=critic_params,
-                              critic_target=polyak_update(state.critic_target, critic_params, config.tau),
-                              log_temperature=log_temperature, actor_opt=actor_opt, critic_opt=critic_opt,
-                              temperature_opt=temperature_opt, step=state.step + 1)
-    metrics = {"critic_loss": c_loss, "actor_loss": a_loss, "temperature": temperature,
-               "entropy": -log_prob.mean(), "target_q": target.mean()}
-    return new_state, metrics
-
-
-def act(actor_params: Any, features: jax.Array, key: jax.Array, config: ExpertConfig,
-        deterministic: bool) -> jax.Array:
-    """(B, 28) features → (B, 6) actions: tanh(μ) (deterministic) or a sample of π."""
-    actor, _ = _modules(config)
-    mean, log_std = actor.apply(actor_params, _normalize(features))
-    if deterministic:
-        return jnp.tanh(mean)
-    return sample_tanh_gaussian(key, mean, log_std)[0]
 
 
 def skill_inputs(progress: tasks.Progress, t: jax.Array, goal: jax.Array
@@ -268,328 +117,146 @@ def skill_inputs(progress: tasks.Progress, t: jax.Array, goal: jax.Array
     return jax.tree.map(pick, leg_progress, progress), pick(leg_t, t), pick(leg_goal, goal)
 
 
+def actor_mean(actor_params: Any, features: jax.Array) -> jax.Array:
+    """The actor's pre-tanh mean: features (B, 28) -> (B, 6).
+
+    ``actor_params`` is the Flax tree ``{"params": {"EncodedMLP_0": {"LanguageEncoder_0": {"encoder_i"},
+    "MLP_0": {"hidden_i", "out"}}}}``; x ← tanh(x W + b) per encoder layer, x ← relu(x W + b) per hidden
+    layer, then out = x W + b = [mean, log_std].
+    """
+    net = actor_params["params"]["EncodedMLP_0"]
+    x = features / jnp.asarray(FEATURE_SCALE)
+    for i in range(len(net["LanguageEncoder_0"])):
+        layer = net["LanguageEncoder_0"][f"encoder_{i}"]
+        x = jnp.tanh(x @ layer["kernel"] + layer["bias"])
+    head = net["MLP_0"]
+    for i in range(len(head) - 1):
+        x = jax.nn.relu(x @ head[f"hidden_{i}"]["kernel"] + head[f"hidden_{i}"]["bias"])
+    out = x @ head["out"]["kernel"] + head["out"]["bias"]
+    return out[..., : tasks.ACTION_DIM]
+
+
 def expert_action(actor_params: Any, state_vec: jax.Array, progress: tasks.Progress, t: jax.Array,
-                  goal: jax.Array, key: jax.Array, config: ExpertConfig = ExpertConfig(),
-                  deterministic: bool = True, noise: float = 0.0) -> jax.Array:
-    """The expert's actions for any of the nine tasks (the one implementation data collection uses).
+                  goal: jax.Array, key: jax.Array, noise: float = 0.0) -> jax.Array:
+    """The expert's actions for any of the nine tasks: tanh(μ) of the composed skill, plus noise.
 
     Args:
-      actor_params: the SAC actor's parameters.
+      actor_params: the actor's parameters (:func:`actor_mean`).
       state_vec: (B, 18) state vectors.
       progress: :class:`tasks.Progress` of each episode, fields (B,).
       t: (B,) int steps taken.
       goal: (B, 2) int32 goals.
-      key: PRNG key (the policy sample when not ``deterministic``, and the noise).
-      config: the configuration the actor was trained with (its network shape).
-      deterministic: tanh(μ) when True, else a sample of π.
+      key: PRNG key of the noise.
       noise: standard deviation of Gaussian noise added to the action (then clipped to [-1, 1]).
     Returns: (B, 6) actions in [-1, 1].
     """
-    k_policy, k_noise = jax.random.split(key)
     leg_progress, leg_t, leg_goal = skill_inputs(progress, t, goal)
-    action = act(actor_params, expert_features(state_vec, leg_progress, leg_t, leg_goal), k_policy, config,
-                 deterministic)
+    action = jnp.tanh(actor_mean(actor_params, expert_features(state_vec, leg_progress, leg_t, leg_goal)))
     if noise > 0.0:
-        action = jnp.clip(action + noise * jax.random.normal(k_noise, action.shape), -1.0, 1.0)
+        action = jnp.clip(action + noise * jax.random.normal(key, action.shape), -1.0, 1.0)
     return action
 
 
-@struct.dataclass
-class Trainer:
-    """Everything training carries between compiled chunks (a pytree).
-
-    Attributes:
-      sac: SAC parameters and optimiser states.
-      env_state: (N,) environment states; features: (N, 28) their expert features.
-      buffer: replay arrays ``features`` (C, 28), ``action`` (C, 6), ``reward`` (C,), ``next_features``.
-      size, position: () int32 filled rows and next write row of the ring buffer.
-      key: PRNG key; vector_steps: () int32 environment steps taken by the vector.
-      episode_return: (N,) running undiscounted return of each current episode.
-    """
-
-    sac: ContinuousCQLState
-    env_state: EnvState
-    features: jax.Array
-    buffer: dict[str, jax.Array]
-    size: jax.Array
-    position: jax.Array
-    key: jax.Array
-    vector_steps: jax.Array
-    episode_return: jax.Array
-
-
-def _reset(env: HalfCheetah, key: jax.Array, params: EnvParams, n: int) -> EnvState:
-    task = jnp.arange(n, dtype=jnp.int32) % len(ALL_GOALS)
-    _, state = env.reset_to_task_batch(jax.random.split(key, n), params, task)
-    return state
-
-
-def init_trainer(key: jax.Array, config: ExpertConfig) -> Trainer:
-    """Fresh SAC, N environments (round-robin over the nine tasks) and an empty buffer."""
-    env, params = HalfCheetah(config.backend), expert_params()
-    k_sac, k_env, key = jax.random.split(key, 3)
-    state = _reset(env, k_env, params, config.num_envs)
-    c = config.buffer_size
-    buffer = {"features": jnp.zeros((c, FEATURE_DIM)), "action": jnp.zeros((c, tasks.ACTION_DIM)),
-              "reward": jnp.zeros((c,)), "next_features": jnp.zeros((c, FEATURE_DIM))}
-    trainer = Trainer(sac=init_sac(k_sac, config), env_state=state, features=state_features(state, params),
-                      buffer=buffer, size=jnp.zeros((), jnp.int32), position=jnp.zeros((), jnp.int32), key=key,
-                      vector_steps=jnp.zeros((), jnp.int32), episode_return=jnp.zeros((config.num_envs,)))
-    return jax.tree.map(lambda x: jnp.array(x, copy=True), trainer)  # distinct buffers (targets = online)
-
-
-def make_train_chunk(config: ExpertConfig) -> Callable[[Trainer], tuple[Trainer, dict[str, jax.Array]]]:
-    """The compiled chunk: ``steps_per_chunk`` × (one vector env step, then ``updates_per_step``
-    updates once the warm-up is over). Returns the trainer and the chunk's metrics (means of the
-    update metrics, ``episode_return``: mean return of the episodes that ended in the chunk (NaN if
-    none), per task (9,))."""
-    env, params = HalfCheetah(config.backend), expert_params()
-    n, k = config.num_envs, len(ALL_GOALS)
-
-    def one_step(trainer: Trainer, _: Any) -> tuple[Trainer, dict[str, jax.Array]]:
-        key, k_act, k_reset, k_upd = jax.random.split(trainer.key, 4)
-        warm = trainer.vector_steps < config.warmup_steps
-        random_action = jax.random.uniform(k_act, (n, tasks.ACTION_DIM), minval=-1.0, maxval=1.0)
-        action = jnp.where(warm, random_action, act(trainer.sac.actor_params, trainer.features, k_act, config, False))
-        _, stepped, reward, _, _ = env.step_batch(jax.random.split(k_act, n), trainer.env_state, action, params)
-        stepped = stepped.replace(done=jnp.zeros_like(stepped.done), success=jnp.zeros_like(stepped.success))
-        next_features = state_features(stepped, params)
-        rows = (trainer.position + jnp.arange(n)) % config.buffer_size
-        buffer = {"features": trainer.buffer["features"].at[rows].set(trainer.features),
-                  "action": trainer.buffer["action"].at[rows].set(action),
-                  "reward": trainer.buffer["reward"].at[rows].set(reward),
-                  "next_features": trainer.buffer["next_features"].at[rows].set(next_features)}
-        ended = stepped.t >= tasks.MAX_STEPS
-        episode_return = trainer.episode_return + reward
-        fresh = _reset(env, k_reset, params, n)
-        env_state = jax.tree.map(lambda f, s: jnp.where(ended.reshape(ended.shape + (1,) * (s.ndim - 1)), f, s),
-                                 fresh, stepped)
-        size = jnp.minimum(trainer.size + n, config.buffer_size)
-
-        def updates(sac: ContinuousCQLState) -> tuple[ContinuousCQLState, dict[str, jax.Array]]:
-            def body(sac, key_u):
-                k_idx, k_sac = jax.random.split(key_u)
-                idx = jax.random.randint(k_idx, (config.batch_size,), 0, size)
-                batch = Batch(state=buffer["features"][idx], embedding=jnp.zeros((config.batch_size, 0)),
-                              action=buffer["action"][idx], reward=buffer["reward"][idx],
-                              next_state=buffer["next_features"][idx], terminal=jnp.zeros((config.batch_size,)),
-                              imaginary=jnp.zeros((config.batch_size,), bool))
-                return sac_update(sac, batch, k_sac, config)
-
-            sac, metrics = jax.lax.scan(body, sac, jax.random.split(k_upd, config.updates_per_step))
-            return sac, jax.tree.map(jnp.mean, metrics)
-
-        zeros = {name: jnp.float32(jnp.nan) for name in ("critic_loss", "actor_loss", "temperature", "entropy",
-                                                           "target_q")}
-        sac, metrics = jax.lax.cond(warm, lambda s: (s, zeros), updates, trainer.sac)
-        finished = jnp.where(ended, episode_return, 0.0)
-        metrics["return_sum"] = jax.ops.segment_sum(finished, trainer.env_state.task, k)
-        metrics["return_count"] = jax.ops.segment_sum(ended.astype(jnp.float32), trainer.env_state.task, k)
-        trainer = Trainer(sac=sac, env_state=env_state, features=state_features(env_state, params), buffer=buffer,
-                          size=size, position=(trainer.position + n) % config.buffer_size, key=key,
-                          vector_steps=trainer.vector_steps + 1,
-                          episode_return=jnp.where(ended, 0.0, episode_return))
-        return trainer, metrics
-
-    def chunk(trainer: Trainer) -> tuple[Trainer, dict[str, jax.Array]]:
-        trainer, metrics = jax.lax.scan(one_step, trainer, None, length=config.steps_per_chunk)
-        out = {name: jnp.nanmean(value) for name, value in metrics.items() if not name.startswith("return")}
-        total, count = metrics["return_sum"].sum(0), metrics["return_count"].sum(0)
-        out["episode_return"] = jnp.where(count > 0, total / jnp.maximum(count, 1.0), jnp.nan)
-        return trainer, out
-
-    return jax.jit(chunk, donate_argnums=0)
-
-
-def make_policy(actor_params: Any, config: ExpertConfig = ExpertConfig(), deterministic: bool = True,
-                noise: float = 0.0) -> Callable[[jax.Array, jax.Array, EnvState, EnvParams], jax.Array]:
-    """A collection policy ``policy(key, obs, state, params) -> (B, 6)`` (see
-    :func:`imaginejax.data.collect.collect`): :func:`expert_action` on the privileged quantities read
-    from ``state`` (state vector, progress, t, the task's goal)."""
+def make_policy(actor_params: Any, noise: float = 0.0
+                ) -> Callable[[jax.Array, jax.Array, EnvState, EnvParams], jax.Array]:
+    """A collection policy ``policy(key, obs, state, params) -> (B, 6)``: :func:`expert_action` on the
+    privileged quantities read from ``state`` (state vector, progress, t, the task's goal)."""
     if not noise >= 0.0:
         raise ValueError(f"noise must be >= 0 (a standard deviation), got {noise}")
 
     def policy(key: jax.Array, obs: jax.Array, state: EnvState, params: EnvParams) -> jax.Array:
         del obs
         return expert_action(actor_params, HalfCheetah.state_vector(state), state.progress, state.t,
-                             params.goals[state.task], key, config, deterministic, noise)
+                             params.goals[state.task], key, noise)
 
     return policy
 
 
 def expert_policy(noise: float = 0.0, weights: str | Path | None = None
                   ) -> Callable[[jax.Array, jax.Array, EnvState, EnvParams], jax.Array]:
-    """The HalfCheetah expert as a collection policy, for every task of every level (the entry point of
-    :func:`imaginejax.envs.expert_policy`).
+    """The HalfCheetah expert as a collection policy for every task of every level (its registry entry).
 
     Args:
-      noise: standard deviation of Gaussian noise added to the deterministic action (clipped to [-1, 1]).
-      weights: None for the packaged actor (:data:`PACKAGED_ACTOR`), or a retrained one: a checkpoint
-        directory written by ``python -m imaginejax.envs.cheetah.expert --out DIR`` (``DIR`` itself: its
-        latest checkpoint) or an actor file written by ``--write-asset``.
+      noise: standard deviation of Gaussian noise added to the action (clipped to [-1, 1]).
+      weights: None for the shipped actor (:data:`PACKAGED_ACTOR`), or an actor file written by
+        ``experiments/experts/cheetah_sac.py --write-asset FILE``.
     """
-    return make_policy(load_actor(weights), ExpertConfig(), deterministic=True, noise=noise)
+    return make_policy(load_actor(weights), noise=noise)
 
 
-def _actor_target(config: ExpertConfig) -> Any:
-    actor, _ = _modules(config)
-    return jax.device_get(actor.init(jax.random.PRNGKey(0), jnp.zeros((1, FEATURE_DIM))))
+def _nested(arrays: dict[str, np.ndarray], path: Path, fix: str) -> dict[str, Any]:
+    """{"actor['params']['EncodedMLP_0']...['kernel']": array} -> the nested Flax tree."""
+    tree: dict[str, Any] = {}
+    for name, value in arrays.items():
+        keys = re.findall(r"\['([^']+)'\]", name)
+        if not name.startswith(ACTOR_PREFIX) or not keys or "".join(f"['{k}']" for k in keys) != name[len(ACTOR_PREFIX):]:
+            raise ExpertWeightsError(f"HalfCheetah expert weights {path}: unexpected array {name!r}: {fix}")
+        node = tree
+        for k in keys[:-1]:
+            node = node.setdefault(k, {})
+        node[keys[-1]] = value
+    return tree
 
 
-def save_actor(path: str | Path, actor_params: Any) -> str:
-    """Writes the actor's parameters as one uncompressed ``.npz`` (float32, no pickle) and returns its
-    SHA-256. The bytes depend on the parameters only (sorted names, fixed zip timestamps), so exporting
-    the same checkpoint twice gives the same checksum."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    arrays = flatten_named(jax.device_get(actor_params), _ACTOR_PREFIX)
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive:
-        for name in sorted(arrays):
-            with archive.open(zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0)), "w") as f:
-                np.lib.format.write_array(f, np.ascontiguousarray(arrays[name], np.float32), allow_pickle=False)
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+def _check_actor(tree: dict[str, Any], path: Path, fix: str) -> None:
+    """Raises ExpertWeightsError unless ``tree`` is an actor from FEATURE_DIM features to 2 × 6 outputs."""
+    try:
+        net = tree["params"]["EncodedMLP_0"]
+        layers = [net["LanguageEncoder_0"][f"encoder_{i}"] for i in range(len(net["LanguageEncoder_0"]))]
+        layers += [net["MLP_0"][f"hidden_{i}"] for i in range(len(net["MLP_0"]) - 1)] + [net["MLP_0"]["out"]]
+        width = FEATURE_DIM
+        for layer in layers:
+            kernel, bias = layer["kernel"], layer["bias"]
+            if kernel.ndim != 2 or kernel.shape[0] != width or bias.shape != kernel.shape[1:]:
+                raise ValueError(f"a layer of shape {kernel.shape} after width {width}")
+            if kernel.dtype != np.float32 or bias.dtype != np.float32:
+                raise ValueError(f"{kernel.dtype} arrays (float32 expected)")
+            if not (np.all(np.isfinite(kernel)) and np.all(np.isfinite(bias))):
+                raise ValueError("non-finite values")
+            width = kernel.shape[1]
+        if width != 2 * tasks.ACTION_DIM:
+            raise ValueError(f"{width} outputs ({2 * tasks.ACTION_DIM} expected)")
+    except (KeyError, TypeError, AttributeError, ValueError) as err:
+        raise ExpertWeightsError(f"HalfCheetah expert weights {path} hold another network ({err}): {fix}") from err
 
 
-def load_actor_file(path: str | Path, sha256: str | None = None, config: ExpertConfig = ExpertConfig()) -> Any:
-    """Reads an actor file written by :func:`save_actor`, checking its SHA-256 when ``sha256`` is given.
+def load_actor_file(path: str | Path, sha256: str | None = None) -> Any:
+    """Reads an actor file (one uncompressed ``.npz`` of float32 arrays named by their Flax path), checking
+    its SHA-256 when ``sha256`` is given.
 
     Raises:
-      CheckpointError: the file is missing, truncated or corrupted (checksum mismatch, unreadable archive)
-        or holds another network; the message names the file and the command that regenerates it.
+      ExpertWeightsError: the file is missing, truncated or corrupted (checksum mismatch, unreadable
+        archive) or holds another network; the message names the file and the command that re-makes it.
     """
     path = Path(path)
-    fix = f"regenerate the HalfCheetah expert with `{RETRAIN_COMMAND}` or reinstall imaginejax"
+    fix = f"re-make the HalfCheetah expert with `{RETRAIN_COMMAND}` or reinstall imaginejax"
     if not path.is_file():
-        raise CheckpointError(f"HalfCheetah expert weights {path} are missing: {fix}")
+        raise ExpertWeightsError(f"HalfCheetah expert weights {path} are missing: {fix}")
     data = path.read_bytes()
     if sha256 is not None and hashlib.sha256(data).hexdigest() != sha256:
-        raise CheckpointError(f"HalfCheetah expert weights {path} are truncated or corrupted ({len(data)} bytes, "
-                              f"SHA-256 mismatch, expected {sha256}): {fix}")
+        raise ExpertWeightsError(f"HalfCheetah expert weights {path} are truncated or corrupted ({len(data)} "
+                                 f"bytes, SHA-256 mismatch, expected {sha256}): {fix}")
     try:
         with np.load(path, allow_pickle=False) as archive:
             arrays = {name: archive[name] for name in archive.files}
     except (OSError, ValueError, zipfile.BadZipFile) as err:
-        raise CheckpointError(f"HalfCheetah expert weights {path} cannot be read ({err}): {fix}") from err
-    return jax.tree.map(jnp.asarray, unflatten_named(arrays, _actor_target(config), _ACTOR_PREFIX, path))
+        raise ExpertWeightsError(f"HalfCheetah expert weights {path} cannot be read ({err}): {fix}") from err
+    tree = _nested(arrays, path, fix)
+    _check_actor(tree, path, fix)
+    return jax.tree.map(jnp.asarray, tree)
 
 
-def load_actor(weights: str | Path | None = None, config: ExpertConfig = ExpertConfig()) -> Any:
-    """The expert actor's parameters: the packaged file (default, checksum-verified), an actor file, a
-    checkpoint directory of :func:`save_expert`, or a directory of such checkpoints (its latest).
+def load_actor(weights: str | Path | None = None) -> Any:
+    """The expert actor's parameters: the shipped file (default, checksum-verified) or an actor file.
 
     Raises:
-      CheckpointError: missing, damaged or incompatible weights (the message names the file and the fix).
+      ExpertWeightsError: missing, damaged or incompatible weights (the message names the file and the fix).
     """
     if weights is None:
-        return load_actor_file(PACKAGED_ACTOR, PACKAGED_SHA256, config)
+        return load_actor_file(PACKAGED_ACTOR, PACKAGED_SHA256)
     path = Path(weights)
-    if path.is_file():
-        return load_actor_file(path, None, config)
-    if not is_checkpoint(path):
-        found = list_checkpoints(path)
-        if not found:
-            raise CheckpointError(f"no HalfCheetah expert checkpoint in {path} (expected an actor .npz file, a "
-                                  f"step-* checkpoint directory or a directory of them): run `{RETRAIN_COMMAND}`")
-        path = found[-1][1]
-    return load_expert(path, config).actor_params
-
-
-def save_expert(directory: str | Path, sac: ContinuousCQLState, config: ExpertConfig, step: int,
-                meta: dict[str, Any] | None = None) -> Path:
-    """Writes the SAC state (actor, critics, targets, temperature, optimiser moments) as orbax checkpoint
-    ``directory/step-<step:08d>`` through :func:`imaginejax.checkpoint.save_checkpoint` (the last two
-    checkpoints are kept); ``meta`` (JSON) is stored with the expert's configuration. Returns its path."""
-    arrays = flatten_named(jax.device_get(sac), "sac")
-    info = {"kind": "cheetah-sac-expert", "config": {k: (dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v)
-                                                     for k, v in dataclasses.asdict(config).items()}}
-    info.update(meta or {})
-    return save_checkpoint(directory, step, arrays, info, keep=2)
-
-
-def load_expert(path: str | Path, config: ExpertConfig = ExpertConfig()) -> ContinuousCQLState:
-    """Reads a checkpoint written by :func:`save_expert` (one ``step-*`` directory) into the SAC structure of
-    ``config``, bitwise as saved.
-
-    Raises:
-      CheckpointError: missing, truncated, corrupted or incompatible checkpoint (the message names the file
-        and the fix).
-    """
-    _, arrays = load_checkpoint(path)
-    target = jax.device_get(init_sac(jax.random.PRNGKey(0), config))
-    return jax.tree.map(jnp.asarray, unflatten_named(arrays, target, "sac", Path(path)))
-
-
-def train_expert(key: jax.Array, config: ExpertConfig, chunks: int, *, checkpoint_dir: str | Path | None = None,
-                 log: bool = True) -> ContinuousCQLState:
-    """Trains for ``chunks`` compiled chunks, printing a line per chunk, saving after each when
-    ``checkpoint_dir`` is given. Returns the SAC state."""
-    trainer = init_trainer(key, config)
-    chunk = make_train_chunk(config)
-    start = time.perf_counter()
-    for c in range(chunks):
-        trainer, metrics = chunk(trainer)
-        metrics = jax.device_get(metrics)
-        steps = int(trainer.vector_steps) * config.num_envs
-        if log:
-            returns = " ".join("  nan" if np.isnan(r) else f"{r:5.0f}" for r in metrics["episode_return"])
-            print(f"chunk {c + 1}/{chunks}: {steps} env steps, {int(trainer.sac.step)} updates, "
-                  f"{time.perf_counter() - start:.0f} s, critic {metrics['critic_loss']:.3g}, "
-                  f"α {metrics['temperature']:.3g}, returns per task [{returns}]", file=sys.stderr, flush=True)
-        if checkpoint_dir is not None:
-            save_expert(checkpoint_dir, trainer.sac, config, c + 1, {"env_steps": steps})
-    return trainer.sac
-
-
-def evaluate_expert(actor_params: Any, level: str, episodes_per_task: int, key: jax.Array,
-                    config: ExpertConfig = ExpertConfig(), backend: str = "mujoco") -> dict[str, float]:
-    """Success rate per task of a level with the deterministic expert in the real environment (success
-    ends an episode), via :func:`imaginejax.data.collect.collect`. Returns {task name: rate}."""
-    from imaginejax.data.collect import collect
-    from imaginejax.envs.cheetah.env import make_params
-
-    params = make_params(level, embed=False)
-    k = params.num_tasks
-    n = episodes_per_task * k
-    ds = collect(HalfCheetah(backend), params, make_policy(actor_params, config), key, n,
-                 task_indices=np.arange(n) % k, chunk_size=n, policy_name="cheetah-sac-expert", progress=False)
-    success = ds.terminals.any(axis=1)
-    names = [tasks.describe_goal(g) for g in np.asarray(params.goals)]
-    return {names[t]: float(success[np.arange(n) % k == t].mean()) for t in range(k)}
-
-
-def main() -> None:
-    """``python -m imaginejax.envs.cheetah.expert --chunks 60 --out DIR [--write-asset FILE]``: train, save,
-    evaluate (``--export-from CHECKPOINT`` instead of training: export and evaluate an existing actor)."""
-    import argparse
-
-    from imaginejax.paths import cache_root
-
-    parser = argparse.ArgumentParser(description="Train the HalfCheetah SAC expert (all nine tasks).")
-    parser.add_argument("--chunks", type=int, default=60)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=None, help="checkpoint directory "
-                        "(default: <cache root>/experts/cheetah-sac)")
-    parser.add_argument("--eval-episodes", type=int, default=20, help="episodes per task and level (0: no evaluation)")
-    parser.add_argument("--write-asset", type=Path, default=None, metavar="FILE",
-                        help="also write the actor as a packaged-weights file (e.g. "
-                        "envs/cheetah/assets/cheetah_sac_actor.npz) and print its SHA-256")
-    parser.add_argument("--export-from", type=Path, default=None, metavar="CHECKPOINT",
-                        help="do not train: take the actor of this checkpoint (or directory of checkpoints)")
-    args = parser.parse_args()
-    config = ExpertConfig()
-    if args.export_from is not None:
-        actor_params = load_actor(args.export_from, config)
-    else:
-        out = args.out or cache_root() / "experts" / "cheetah-sac"
-        actor_params = train_expert(jax.random.PRNGKey(args.seed), config, args.chunks, checkpoint_dir=out).actor_params
-    if args.write_asset is not None:
-        digest = save_actor(args.write_asset, actor_params)
-        print(f"wrote {args.write_asset} ({args.write_asset.stat().st_size} bytes); if it replaces the packaged "
-              f"weights, set PACKAGED_SHA256 = \"{digest}\" in {Path(__file__).name}", flush=True)
-    for level in ("train", "easy", "hard") if args.eval_episodes > 0 else ():
-        rates = evaluate_expert(actor_params, level, args.eval_episodes, jax.random.PRNGKey(100 + args.seed), config)
-        print(f"{level}: " + ", ".join(f"{name} {rate:.2f}" for name, rate in rates.items()), flush=True)
-
-
-if __name__ == "__main__":
-    main()
+    if not path.is_file():
+        raise ExpertWeightsError(f"HalfCheetah expert weights {path}: not an actor file; a training checkpoint "
+                                 "is exported with `python experiments/experts/cheetah_sac.py --export-from "
+                                 "CHECKPOINT --write-asset FILE`")
+    return load_actor_file(path)

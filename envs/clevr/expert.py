@@ -285,3 +285,9 @@ def make_policy(config: ExpertConfig = ExpertConfig()) -> Policy:
         return expert_actions(key, state.balls, params.goals[state.task], config, active=~state.done)
 
     return policy
+
+
+def expert_policy(noise: float = 0.0) -> Policy:
+    """The expert as a collection policy (its registry entry): ``noise`` is ε, the probability of
+    replacing the expert's action by a uniformly random one."""
+    return make_policy(ExpertConfig(epsilon=noise))

@@ -47,7 +47,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from imaginejax.envs.base import EnvParams, TaskEnv, make_level_params
+from imaginejax.envs.base import Encoder, EnvParams, TaskEnv, make_level_params
 from imaginejax.envs.libero import model as M
 from imaginejax.envs.libero import tasks
 from imaginejax.envs.libero.mjx_backend import MjxPhysics, physics_layout
@@ -91,7 +91,7 @@ class EnvState:
     success: jax.Array
 
 
-def make_params(level: str, *, embed: bool = True) -> EnvParams:
+def make_params(level: str, *, embed: Encoder | None = None) -> EnvParams:
     """:class:`EnvParams` of a LIBERO level (goal rows ``[task id, kind, a, b, layout]``; cap 500 steps)."""
     from imaginejax.envs.libero import instructions as instr
 
@@ -223,7 +223,7 @@ class Libero(TaskEnv):
         return instr.level_instructions(level)
 
     @staticmethod
-    def default_params(level: str = "train", *, embed: bool = True) -> EnvParams:
+    def default_params(level: str = "train", *, embed: Encoder | None = None) -> EnvParams:
         return make_params(level, embed=embed)
 
     @staticmethod

@@ -52,7 +52,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from imaginejax.envs.base import EnvParams, TaskEnv, make_level_params
+from imaginejax.envs.base import Encoder, EnvParams, TaskEnv, make_level_params
 from imaginejax.envs.mujoco_host import Backend, resolve_backend
 from imaginejax.envs.metaworld import tasks
 from imaginejax.envs.metaworld.host import get_host
@@ -103,7 +103,7 @@ class EnvState:
     success: jax.Array
 
 
-def make_params(level: str, *, embed: bool = True) -> EnvParams:
+def make_params(level: str, *, embed: Encoder | None = None) -> EnvParams:
     """:class:`EnvParams` of a Meta-World level (goal rows ``[task id, index]``; cap 100 steps)."""
     from imaginejax.envs.metaworld import instructions as instr
 
@@ -202,7 +202,7 @@ class MetaWorld(TaskEnv):
         return instr.level_instructions(level)
 
     @staticmethod
-    def default_params(level: str = "train", *, embed: bool = True) -> EnvParams:
+    def default_params(level: str = "train", *, embed: Encoder | None = None) -> EnvParams:
         return make_params(level, embed=embed)
 
     @staticmethod

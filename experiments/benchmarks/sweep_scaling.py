@@ -31,6 +31,7 @@ from imaginejax.algos.bc import BCHyperparams, make_bc
 from imaginejax.data import to_transitions
 from imaginejax.bench import cached_expert_data
 from imaginejax.engine import EngineConfig, make_train
+from imaginejax.lang import encode_instructions
 from imaginejax.paths import cache_root
 from imaginejax.sweep import Sweep
 
@@ -51,7 +52,7 @@ def main() -> None:
     root = cache_root() / "demo"
     root.mkdir(parents=True, exist_ok=True)
     real = to_transitions(cached_expert_data("clevr", "train", args.trajectories, 0, 0.1, root))
-    env, params = envs.make("clevr", "train")
+    env, params = envs.make("clevr", "train", embed=encode_instructions)
     spec = Spec(state_dim=env.state_dim, embed_dim=int(params.instruction_embeddings.shape[1]),
                 discrete=True, action_dim=env.num_actions)
     cfg = EngineConfig(batch_size=args.batch_size, updates_per_interval=args.updates,

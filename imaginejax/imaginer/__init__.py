@@ -6,7 +6,7 @@ KV cache (:mod:`~imaginejax.imaginer.generate`); the KALM adapters and tasks
 (:mod:`~imaginejax.imaginer.kalm`), fine-tuning (:mod:`~imaginejax.imaginer.finetune`,
 :mod:`~imaginejax.imaginer.lora`), imaginary-rollout generation (:mod:`~imaginejax.imaginer.imagine`),
 the automatic quality report and filter (:mod:`~imaginejax.imaginer.quality`) and the quality study
-for any environment with an expert and a quality adapter (``python -m imaginejax.imaginer.study``).
+for any environment with an expert and quality rules (``python -m imaginejax.imaginer.study``).
 """
 
 from imaginejax.imaginer.generate import GenerationOutput, greedy_generate, prefill
@@ -35,7 +35,6 @@ from imaginejax.imaginer.quality import (
     QualityReport,
     filter_dataset,
     quality_report,
-    register_quality_adapter,
     score_dataset,
 )
 
@@ -45,5 +44,5 @@ __all__ = [
     "init_cache", "init_params", "lm_logits",
     "load_gguf", "load_gguf_config", "load_gguf_tokenizer", "load_hf_checkpoint", "load_hf_config",
     "load_hf_tokenizer", "smollm2_gguf_path",
-    "QualityReport", "filter_dataset", "quality_report", "register_quality_adapter", "score_dataset",
+    "QualityReport", "filter_dataset", "quality_report", "score_dataset",
 ]

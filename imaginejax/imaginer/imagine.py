@@ -16,8 +16,8 @@ jitted function (:func:`generate_rollouts`) with the KV cache:
         h       = Llama([S s_{t+1}])             (one cached decode step)
 
 ``H`` is the level's episode cap (``params.max_steps``). Success and rewards are the environment's
-own, through its :class:`~imaginejax.imaginer.quality.EpisodeRules` (:func:`episode_rules`, one
-entry of the quality-adapter registry): by default its transition predicates
+own, through its :class:`~imaginejax.envs.registry.EpisodeRules` (:func:`episode_rules`, from
+its registry entry's quality rules): by default its transition predicates
 ``success(s_t, a_t, s_{t+1}, goal)`` and ``reward(s_t, a_t, s_{t+1}, goal)`` (an environment whose
 reward depends on the step index, BabyAI's ``reward(prev, action, next, goal, t, max_steps)``, gets
 ``t`` = steps taken including this one); environments whose predicates need running quantities carry
@@ -29,13 +29,13 @@ non-finite state is dropped, and counted: such a rollout is never written
 success; a row that reaches ``H`` without success ends in a truncation.
 
 **Projection** (``imagine(..., project=...)``, on by default for every environment whose quality
-adapter has one): each generated state is replaced by the environment's projection onto its legal
-set (:attr:`~imaginejax.imaginer.quality.QualityAdapter.project`; CLEVR: balls clipped into the
+rules have one): each generated state is replaced by the environment's projection onto its legal
+set (:attr:`~imaginejax.envs.registry.QualityRules.project`; CLEVR: balls clipped into the
 workbench and overlapping balls pushed apart) *before* the success check, the reward and being fed
 back, so the written rollout is exactly what the model continued from.
 
-**Quality** (``imagine(..., quality=...)``, on by default for every environment with a quality
-adapter): the written dataset's provenance carries
+**Quality** (``imagine(..., quality=...)``, on by default for every environment with quality
+rules): the written dataset's provenance carries
 ``quality``, the :func:`~imaginejax.imaginer.quality.summarize` dict of
 :func:`~imaginejax.imaginer.quality.score_dataset` (goal consistency, transition error against the
 simulator, illegal-state rates), so every exported imaginary dataset says how good it is;
@@ -44,7 +44,7 @@ next to the dataset directories.
 
 The environment supplies (see ARCHITECTURE.md "Contracts"): ``reset_to_task_batch``,
 ``state_vector``, ``goal_of``, ``instructions(level)``, the pure predicates ``success`` and
-``reward`` (or a quality adapter with :class:`~imaginejax.imaginer.quality.EpisodeRules`), ``name``,
+``reward`` (or quality rules with :class:`~imaginejax.envs.registry.EpisodeRules`), ``name``,
 ``discrete``, ``num_actions``; its params ``max_steps``, ``level``, ``num_tasks``,
 ``instruction_embeddings``.
 """
@@ -68,8 +68,10 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm import tqdm
 
+from imaginejax import envs
 from imaginejax.data.types import TrajectoryDataset
 from imaginejax.data.validate import validate_dataset
+from imaginejax.envs.registry import EpisodeRules, QualityRules, transition_rules
 from imaginejax.imaginer.finetune import Imaginer
 from imaginejax.imaginer.generate import prefill
 from imaginejax.imaginer.kalm import (
@@ -83,15 +85,7 @@ from imaginejax.imaginer.kalm import (
     tokenize_instructions,
 )
 from imaginejax.imaginer.llama import Params, forward
-from imaginejax.imaginer.quality import (
-    EpisodeRules,
-    quality_adapter,
-    registered_quality_adapters,
-    score_dataset,
-    summarize,
-    summary_markdown,
-    transition_rules,
-)
+from imaginejax.imaginer.quality import score_dataset, summarize, summary_markdown
 
 __all__ = ["GeneratedRollouts", "ImaginationError", "ImaginationResult", "episode_rules",
            "generate_rollouts", "imagine", "rollouts_to_dataset", "write_imaginary_datasets"]
@@ -328,16 +322,20 @@ def _reward_fn(env: Any, max_steps: int) -> tuple[Callable[..., jax.Array], bool
     return _REWARD_CACHE[cache_key], True
 
 
+def _quality_rules(env: Any) -> QualityRules | None:
+    """The quality rules of ``env``'s registry entry; None outside the registry or without rules."""
+    name = str(env.name)
+    return envs.quality_rules(name) if name in envs.registered() else None
+
+
 def episode_rules(env: Any, max_steps: int) -> EpisodeRules:
-    """The :class:`~imaginejax.imaginer.quality.EpisodeRules` generation uses for ``env`` at step cap
-    ``max_steps``: its quality adapter's ``episode`` rules when it has them (HalfCheetah, Meta-World),
+    """The :class:`~imaginejax.envs.registry.EpisodeRules` generation uses for ``env`` at step cap
+    ``max_steps``: its quality rules' ``episode`` rules when it has them (HalfCheetah, Meta-World),
     else the environment's transition predicates ``env.success`` / ``env.reward`` (the same object
     for the same arguments, so the jitted generation compiles once)."""
-    name = str(env.name)
-    if name in registered_quality_adapters():
-        adapter = quality_adapter(name)
-        if adapter.episode is not None:
-            return adapter.episode(int(max_steps))
+    rules = _quality_rules(env)
+    if rules is not None and rules.episode is not None:
+        return rules.episode(int(max_steps))
     reward_fn, reward_uses_step = _reward_fn(env, int(max_steps))
     return transition_rules(env.success, reward_fn, reward_uses_step=reward_uses_step)
 
@@ -358,15 +356,14 @@ def imagine(imaginer: Imaginer, env: Any, env_params: Any, key: jax.Array, num_r
       chunk_size: rows per compiled call (the last chunk is padded and cut).
       horizon: step cap (default ``env_params.max_steps``).
       success_bonus: added to the reward of a successful step (default 0: the environment's reward).
-      project: project every generated state onto the legal set with the environment's quality
-        adapter's projection (:mod:`~imaginejax.imaginer.quality`). None (default): when the
+      project: project every generated state onto the legal set with the projection of the
+        environment's quality rules (:class:`~imaginejax.envs.registry.QualityRules`). None (default): when the
         environment has one; True: always (an error without one); False: never (the model's raw
         states).
       quality: score the rollouts against the simulator and store the summary in the provenance
-        (``provenance["quality"]``). None (default): when the environment has a registered quality
-        adapter (:func:`~imaginejax.imaginer.quality.registered_quality_adapters`); True: always
-        (an error without adapter); False: never.
-      quality_threshold: "exceeds dynamics" threshold (default: the adapter's).
+        (``provenance["quality"]``). None (default): when the environment's registry entry has quality
+        rules; True: always (an error without rules); False: never.
+      quality_threshold: "exceeds dynamics" threshold (default: the rules').
       progress: print a line per chunk to stderr.
     Returns:
       :class:`ImaginationResult`; its dataset has ``source="imaginary"``, the level's instruction
@@ -379,15 +376,14 @@ def imagine(imaginer: Imaginer, env: Any, env_params: Any, key: jax.Array, num_r
     if config.discrete != bool(env.discrete):
         raise ValueError("the imaginer and the environment disagree on discrete actions")
     project_fn, project_name = None, None
+    quality_rules = _quality_rules(env)
     if project is None:
-        project = (str(env.name) in registered_quality_adapters()
-                   and quality_adapter(str(env.name)).project is not None)
+        project = quality_rules is not None and quality_rules.project is not None
     if project:
-        adapter = quality_adapter(str(env.name))
-        if adapter.project is None:
+        if quality_rules is None or quality_rules.project is None:
             raise ValueError(f"project=True but environment {env.name!r} has no projection onto its "
-                             "legal set in its quality adapter; pass project=False")
-        project_fn, project_name = adapter.project, adapter.project_name
+                             "legal set in its quality rules; pass project=False")
+        project_fn, project_name = quality_rules.project, quality_rules.project_name
     rules = episode_rules(env, int(env_params.max_steps))
     level = str(env_params.level)
     horizon = int(env_params.max_steps if horizon is None else horizon)
@@ -447,7 +443,7 @@ def imagine(imaginer: Imaginer, env: Any, env_params: Any, key: jax.Array, num_r
         env=str(env.name), level=level, discrete=bool(env.discrete), provenance=provenance,
         success_bonus=success_bonus, num_actions=getattr(env, "num_actions", None))
     if quality is None:
-        quality = str(env.name) in registered_quality_adapters()
+        quality = quality_rules is not None
     if quality:
         summary = summarize(score_dataset(dataset, threshold=quality_threshold))
         dataset = dataclasses.replace(dataset, provenance={**dataset.provenance, "quality": summary})
@@ -465,7 +461,7 @@ def write_imaginary_datasets(imaginer: Imaginer, env_name: str, out_root: str | 
     """Generates and writes one imaginary dataset per level to ``out_root/<env>-<level>-imaginary``
     (atomic :func:`~imaginejax.data.io.save_dataset`). ``kwargs`` go to :func:`imagine`.
 
-    With quality scoring on (the default where the environment has a quality adapter), every
+    With quality scoring on (the default where the environment has quality rules), every
     dataset's manifest carries its quality summary (``provenance["quality"]``), and
     ``out_root/<env>-imaginary-quality.json`` (``{"env", "levels": {level: summary}, "datasets":
     {level: {"dir", "checkpoint_hash"}}}``) and ``.md`` (the table) are written atomically after the
@@ -474,11 +470,12 @@ def write_imaginary_datasets(imaginer: Imaginer, env_name: str, out_root: str | 
     from imaginejax.data.io import save_dataset
     from imaginejax.envs import make
     from imaginejax.files import write_text
+    from imaginejax.lang import encode_instructions
 
     written: dict[str, Path] = {}
     summaries: dict[str, Any] = {}
     for index, level in enumerate(levels):
-        env, params = make(env_name, level, embed=embed)
+        env, params = make(env_name, level, embed=encode_instructions if embed else None)
         result = imagine(imaginer, env, params, jax.random.fold_in(key, index), num_rollouts, **kwargs)
         written[level] = save_dataset(result.dataset,
                                       Path(out_root) / f"{env_name}-{level}-imaginary",

@@ -1,5 +1,5 @@
 """Imaginer quality study: fine-tune on real expert data, imagine, score, compare (any environment
-with an expert and a quality adapter; CLEVR-Robot by default).
+with an expert and quality rules; CLEVR-Robot by default).
 
     python -m imaginejax.imaginer.study train RUN [--env clevr|babyai|...] [--steps 600]
         [--trajectories 2000] [--state-prediction absolute|delta] [--set state_loss_weight=0.5 ...]
