@@ -6,11 +6,14 @@
 imaginary source (several sources — e.g. each level's imaginary and oracle data — share one buffer,
 each run drawing from its rows ``[start, start + count)``), followed by an
 evaluation of the run's policy in the JAX environment on every requested level. The interval is
-``vmap``-ped over the run axis and ``jit``-ted once; a Python loop over intervals only logs, writes
-metrics and checkpoints (ARCHITECTURE.md, "Training engine"). Datasets are arguments of the compiled
-call, never closure constants, so one compilation serves any dataset of the same shapes.
+``vmap``-ped over the run axis and ``jit``-ted once. :meth:`Trainer.plan` builds (no I/O) the compiled
+functions and each chunk's padded, placed inputs; :meth:`Trainer.run_chunk` loops over intervals and hands
+each to callbacks — :class:`Messages` (log lines, non-finite runs), :class:`MetricsSink` (the metrics log),
+:class:`Checkpoints` — which :meth:`Trainer.train` wires up (ARCHITECTURE.md, "Training engine").
+Datasets are arguments of the compiled call, never closure constants, so one compilation serves any
+dataset of the same shapes.
 
-Scale-out (issue 6):
+Scale-out:
 
 * **Devices.** With several devices the run axis R is laid on a ``jax.sharding.Mesh`` named ``runs``
   (``NamedSharding(mesh, P('runs'))`` on run-leading arrays, datasets replicated) and the interval runs
@@ -59,7 +62,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Literal, Mapping, Sequence
+from typing import Any, Callable, Literal, Mapping, Protocol, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -404,6 +407,105 @@ class Trainer:
         return int(stats.argument_size_in_bytes + stats.output_size_in_bytes + stats.temp_size_in_bytes
                    - stats.alias_size_in_bytes)
 
+    # -- the builder: a plan of compiled calls and placed inputs, no I/O ----------------------
+    def plan(self, keys: jax.Array, hp: PyTree, real: Transitions,
+             imag: Transitions | Sequence[Transitions] | None = None, ratio: jax.Array | float = 0.0, *,
+             source: np.ndarray | None = None, mesh: Mesh | None | Literal["auto"] = "auto",
+             runs_per_chunk: int | None = None) -> Plan:
+        """Checks the inputs and prepares every chunk of runs for the compiled functions: the run axis
+        split into chunks, each padded (copies of its last run) to a multiple of devices × ``run_block``,
+        placed on the mesh and fingerprinted. Arguments as :meth:`train`."""
+        keys = np.asarray(keys)
+        if keys.ndim != 2 or keys.dtype != np.uint32:
+            raise ValueError(f"keys must be (R, 2) uint32 raw PRNG keys (jax.random.split(PRNGKey(s), R)), "
+                             f"got {keys.dtype}{list(keys.shape)}")
+        num_runs = int(keys.shape[0])
+        ratio = np.broadcast_to(np.asarray(ratio, np.float32), (num_runs,))
+        if imag is None:
+            if bool(np.any(ratio > 0)):
+                raise ValueError("ratio > 0 needs imaginary data: pass imag=... or set ratio=0")
+            # Never sampled at ratio 0 (sample_mixed draws round(0·B) = 0 rows from it); a one-row
+            # placeholder rather than the real buffer again, so algorithms that read the datasets
+            # themselves (``Datasets``) do not see the real data twice.
+            imag = placeholder_like(real)
+        imag, bounds = _stack_sources(imag)
+        source = np.zeros(num_runs, np.int64) if source is None else np.asarray(source)
+        if source.shape != (num_runs,) or not np.issubdtype(source.dtype, np.integer) or (
+                num_runs and (source.min() < 0 or source.max() >= len(bounds))):
+            raise ValueError(f"source must be (R,) = ({num_runs},) integers in [0, {len(bounds)}) (one imaginary "
+                             f"source per run), got {source.dtype}{list(source.shape)}")
+        imag_rows = bounds[source]
+        mesh = default_mesh() if mesh == "auto" else mesh
+        num_devices = 1 if mesh is None else int(mesh.devices.size)
+        size = num_runs if runs_per_chunk is None else int(runs_per_chunk)
+        if size < 1:
+            raise ValueError(f"runs_per_chunk must be >= 1, got {runs_per_chunk}")
+        hp = jax.tree.map(np.asarray, hp)
+        shared = _place((real, imag, self.eval_params), None if mesh is None else NamedSharding(mesh, P()))
+        stats = DataStats.from_transitions(shared[0])
+        run_sharding = None if mesh is None else NamedSharding(mesh, P(RUNS))
+        multiple = num_devices * (self.config.run_block or 1)
+        chunks = []
+        for c, start in enumerate(range(0, num_runs, size)):
+            runs = np.arange(start, min(start + size, num_runs))
+            padded = -(-len(runs) // multiple) * multiple
+            index = np.concatenate([runs, np.full(padded - len(runs), runs[-1])])
+            inputs = (keys[index], _take_runs(hp, index), ratio[index], imag_rows[index])
+            fingerprint = self._fingerprint(inputs[0], (inputs[1], stats), inputs[2], inputs[3], shared)
+            chunks.append(Chunk(c, runs, padded, *_place(inputs, run_sharding), fingerprint))
+        init, interval = self._functions(mesh)
+        return Plan(tuple(chunks), num_runs, shared, stats, run_sharding, init, interval)
+
+    def _fingerprint(self, keys: np.ndarray, hp: PyTree, ratio: np.ndarray, imag_rows: np.ndarray,
+                     shared: PyTree) -> str:
+        """Hash of everything that determines a chunk's computation (to refuse a foreign checkpoint)."""
+        digest = hashlib.sha256()
+        digest.update(repr((self.algo.name, self.spec, self.config, self.levels)).encode())
+        for leaf in [keys, ratio, imag_rows] + jax.tree.leaves(hp):
+            digest.update(np.ascontiguousarray(leaf).tobytes())
+        digest.update(repr([(x.shape, str(x.dtype)) for x in jax.tree.leaves(shared)]).encode())
+        return digest.hexdigest()
+
+    # -- the runner: intervals in a loop, everything else in callbacks -------------------------
+    def run_chunk(self, plan: Plan, chunk: Chunk, callbacks: Sequence[Callback] = (),
+                  restored: tuple[RunState, History] | None = None) -> TrainResult:
+        """Trains one chunk from its start (or from ``restored``) to the last interval; after each
+        interval every callback gets ``(chunk, state, history)``.
+
+        Returns:
+          The chunk's :class:`TrainResult` (padding removed).
+        """
+        cfg = self.config
+        state, history = restored or (plan.init(chunk.keys, chunk.hp, plan.stats), History.empty(chunk.padded))
+        for i in range(len(history.steps), cfg.num_intervals):
+            start = time.perf_counter()
+            state, metrics, results = plan.interval(state, chunk.hp, chunk.ratio, chunk.rows, *plan.shared)
+            metrics, results, finite = _fetch((metrics, results, state.finite))
+            history.record((i + 1) * cfg.updates_per_interval, time.perf_counter() - start, metrics,
+                           {lv: results[lv] for lv in self.levels}, finite)
+            for callback in callbacks:
+                callback.interval(chunk, state, history)
+        return history.result(state, self.levels, len(chunk.runs))
+
+    def restore(self, plan: Plan, chunk: Chunk, directory: Path) -> tuple[RunState, History, Path] | None:
+        """The newest checkpoint of ``chunk`` in ``directory``: (state, history, its path), or None.
+
+        Raises:
+          CheckpointError: the checkpoint belongs to another sweep, or is damaged.
+        """
+        latest = list_checkpoints(directory)
+        if not latest:
+            return None
+        path = latest[-1][1]
+        manifest, arrays = load_checkpoint(path)
+        if manifest["meta"].get("fingerprint") != chunk.fingerprint:
+            raise CheckpointError(f"checkpoint {path} belongs to a different sweep (keys, hyperparameters, "
+                                  "ratios, engine settings or data shapes differ): resume with the same "
+                                  "sweep, or use a new checkpoint_dir")
+        target = jax.eval_shape(plan.init, chunk.keys, chunk.hp, plan.stats)
+        state = _place(unflatten_named(arrays, target, "state", path), plan.run_sharding)
+        return state, History.from_arrays(arrays, manifest["meta"], int(manifest["interval"])), path
+
     def train(self, keys: jax.Array, hp: PyTree, real: Transitions,
               imag: Transitions | Sequence[Transitions] | None = None, ratio: jax.Array | float = 0.0,
               log: Callable[[str], None] | None = lambda s: print(s, file=sys.stderr, flush=True),
@@ -443,159 +545,245 @@ class Trainer:
         Returns:
           A :class:`TrainResult` over the R runs in their order.
         """
-        cfg = self.config
-        keys = np.asarray(keys)
-        if keys.ndim != 2 or keys.dtype != np.uint32:
-            raise ValueError(f"keys must be (R, 2) uint32 raw PRNG keys (jax.random.split(PRNGKey(s), R)), "
-                             f"got {keys.dtype}{list(keys.shape)}")
-        num_runs = int(keys.shape[0])
-        ratio = np.broadcast_to(np.asarray(ratio, np.float32), (num_runs,))
-        if imag is None:
-            if bool(np.any(ratio > 0)):
-                raise ValueError("ratio > 0 needs imaginary data: pass imag=... or set ratio=0")
-            # Never sampled at ratio 0 (sample_mixed draws round(0·B) = 0 rows from it); a one-row
-            # placeholder rather than the real buffer again, so algorithms that read the datasets
-            # themselves (``Datasets``) do not see the real data twice.
-            imag = placeholder_like(real)
-        imag, bounds = _stack_sources(imag)
-        source = np.zeros(num_runs, np.int64) if source is None else np.asarray(source)
-        if source.shape != (num_runs,) or not np.issubdtype(source.dtype, np.integer) or (
-                num_runs and (source.min() < 0 or source.max() >= len(bounds))):
-            raise ValueError(f"source must be (R,) = ({num_runs},) integers in [0, {len(bounds)}) (one imaginary "
-                             f"source per run), got {source.dtype}{list(source.shape)}")
-        imag_rows = bounds[source]
         if checkpoint_every < 1:
             raise ValueError(f"checkpoint_every must be >= 1, got {checkpoint_every}")
         if checkpoint_dir is not None and not resume and any(Path(checkpoint_dir).glob("chunk-*/step-*")):
             raise CheckpointError(f"checkpoint_dir {checkpoint_dir} already holds checkpoints: pass resume=True "
                                   "to continue that sweep, or choose an empty directory")
-        mesh = default_mesh() if mesh == "auto" else mesh
-        num_devices = 1 if mesh is None else int(mesh.devices.size)
-        chunk = num_runs if runs_per_chunk is None else int(runs_per_chunk)
-        if chunk < 1:
-            raise ValueError(f"runs_per_chunk must be >= 1, got {runs_per_chunk}")
-        hp = jax.tree.map(np.asarray, hp)
-        shared = _place((real, imag, self.eval_params),
-                        None if mesh is None else NamedSharding(mesh, P()))
-        metrics_log = None if run_dir is None else MetricsLog(run_dir)
-        if metrics_log is not None and not resume:
-            metrics_log.truncate(-1, 0)  # a fresh sweep starts a fresh log
+        plan = self.plan(keys, hp, real, imag, ratio, source=source, mesh=mesh, runs_per_chunk=runs_per_chunk)
+        callbacks: list[Callback] = [Messages(self.config, self.levels, plan.num_runs, log, on_interval)]
+        if run_dir is not None:
+            callbacks.append(MetricsSink(MetricsLog(run_dir), fresh=not resume))
+        if checkpoint_dir is not None:
+            callbacks.append(Checkpoints(Path(checkpoint_dir), checkpoint_every, keep_checkpoints,
+                                         self.config.num_intervals, self.levels))
         outputs = []
-        for c, start in enumerate(range(0, num_runs, chunk)):
-            runs = np.arange(start, min(start + chunk, num_runs))
-            outputs.append(self._train_chunk(
-                c, runs, keys, hp, ratio, imag_rows, shared, mesh, num_devices, log,
-                None if checkpoint_dir is None else Path(checkpoint_dir) / f"chunk-{c:03d}",
-                checkpoint_every, keep_checkpoints, resume, metrics_log, on_interval))
+        for chunk in plan.chunks:
+            found = None
+            if resume and checkpoint_dir is not None:
+                found = self.restore(plan, chunk, Path(checkpoint_dir) / f"chunk-{chunk.index:03d}")
+            for callback in callbacks:
+                callback.start(chunk, None if found is None else found[1], None if found is None else found[2])
+            outputs.append(self.run_chunk(plan, chunk, callbacks, None if found is None else found[:2]))
         return _concatenate(outputs)
 
-    # -- one chunk ----------------------------------------------------------------------------
-    def _fingerprint(self, keys: np.ndarray, hp: PyTree, ratio: np.ndarray, imag_rows: np.ndarray,
-                     shared: PyTree) -> str:
-        """Hash of everything that determines a chunk's computation (to refuse a foreign checkpoint)."""
-        digest = hashlib.sha256()
-        digest.update(repr((self.algo.name, self.spec, self.config, self.levels)).encode())
-        for leaf in [keys, ratio, imag_rows] + jax.tree.leaves(hp):
-            digest.update(np.ascontiguousarray(leaf).tobytes())
-        digest.update(repr([(x.shape, str(x.dtype)) for x in jax.tree.leaves(shared)]).encode())
-        return digest.hexdigest()
 
-    def _train_chunk(self, chunk_index: int, runs: np.ndarray, keys: np.ndarray, hp: PyTree,
-                     ratio: np.ndarray, imag_rows: np.ndarray, shared: tuple, mesh: Mesh | None, num_devices: int,
-                     log: Callable[[str], None] | None, checkpoint_dir: Path | None, checkpoint_every: int,
-                     keep: int, resume: bool, metrics_log: MetricsLog | None,
-                     on_interval: Callable[[IntervalEvent], None] | None = None) -> TrainResult:
-        cfg = self.config
-        n = len(runs)
-        multiple = num_devices * (cfg.run_block or 1)
-        padded = -(-n // multiple) * multiple
-        index = np.concatenate([runs, np.full(padded - n, runs[-1])])  # padding: copies of the last run
-        c_keys, c_hp, c_ratio, c_rows = keys[index], _take_runs(hp, index), ratio[index], imag_rows[index]
-        stats = DataStats.from_transitions(shared[0])
-        fingerprint = self._fingerprint(c_keys, (c_hp, stats), c_ratio, c_rows, shared)
-        run_sharding = None if mesh is None else NamedSharding(mesh, P(RUNS))
-        c_keys, c_hp, c_ratio, c_rows = _place((c_keys, c_hp, c_ratio, c_rows), run_sharding)
-        init, interval = self._functions(mesh)
-        real, imag, eval_params = shared
+# ---------------------------------------------------------------------------------------------------
+# What the builder prepares and the runner carries
+# ---------------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Chunk:
+    """One chunk of the run axis, ready for the compiled functions.
 
-        history: dict[str, Any] = {"steps": [], "seconds": [], "metrics": [], "success": [], "returns": []}
-        frozen_at = np.zeros(padded, np.int64)
-        task_success: dict[str, np.ndarray] = {}
-        done = 0
-        state = None
-        latest = list_checkpoints(checkpoint_dir) if (resume and checkpoint_dir is not None) else []
-        if latest:
-            path = latest[-1][1]
-            manifest, arrays = load_checkpoint(path)
-            if manifest["meta"].get("fingerprint") != fingerprint:
-                raise CheckpointError(f"checkpoint {path} belongs to a different sweep (keys, hyperparameters, "
-                                      "ratios, engine settings or data shapes differ): resume with the same "
-                                      "sweep, or use a new checkpoint_dir")
-            target = jax.eval_shape(init, c_keys, c_hp, stats)
-            state = _place(unflatten_named(arrays, target, "state", path), run_sharding)
-            done = int(manifest["interval"])
-            history, frozen_at, task_success = _history_from_arrays(arrays, manifest["meta"], done)
-            message = f"resumed chunk {chunk_index} from {path} ({done}/{cfg.num_intervals} intervals done)"
-            if log is not None:
-                log(message)
-            if on_interval is not None:
-                on_interval(IntervalEvent(chunk_index, tuple(int(r) for r in runs), done, cfg.num_intervals,
-                                          done * cfg.updates_per_interval, 0.0, True, message))
-            if metrics_log is not None:
-                metrics_log.truncate(chunk_index, done)
-        elif metrics_log is not None:
-            metrics_log.truncate(chunk_index, 0)
-        if state is None:
-            state = init(c_keys, c_hp, stats)
+    Attributes:
+      index: its position among the chunks.
+      runs: (n,) the global run indices it trains.
+      padded: P >= n, runs on the device(s) (copies of the last run fill a multiple of devices × run_block).
+      keys, hp, ratio, rows: the P runs' inputs, placed on the mesh.
+      fingerprint: hash of everything that determines its computation (a checkpoint must carry it).
+    """
 
-        for i in range(done, cfg.num_intervals):
-            start = time.perf_counter()
-            state, metrics, results = interval(state, c_hp, c_ratio, c_rows, real, imag, eval_params)
-            metrics, results, finite = _fetch((metrics, results, state.finite))
-            seconds = time.perf_counter() - start
-            step = (i + 1) * cfg.updates_per_interval
-            newly = (~np.asarray(finite)) & (frozen_at == 0)
-            frozen_at[newly] = i + 1
-            history["steps"].append(step)
-            history["seconds"].append(seconds)
-            history["metrics"].append({k: np.asarray(v) for k, v in metrics.items()})
-            history["success"].append({lv: np.asarray(results[lv].success_rate) for lv in self.levels})
-            history["returns"].append({lv: np.asarray(results[lv].mean_return) for lv in self.levels})
-            task_success = {lv: np.asarray(results[lv].task_success) for lv in self.levels}
-            if log is not None or on_interval is not None:
-                real_runs = slice(0, n)
-                ups = n * cfg.updates_per_interval / seconds
-                succ = "  ".join(f"{lv} {100 * np.mean(history['success'][-1][lv][real_runs]):5.1f}%"
-                                 for lv in self.levels)
-                loss = np.nanmean(metrics["loss"][real_runs]) if "loss" in metrics else float("nan")
-                prefix = f"chunk {chunk_index} " if chunk_index or len(runs) < keys.shape[0] else ""
-                message = (f"{prefix}[{i + 1}/{cfg.num_intervals}] step {step:>7}  loss {loss:.4f}  "
-                           f"success {succ}  ({seconds:.1f}s, {ups:,.0f} updates/s over {n} runs)")
-                if on_interval is not None:
-                    on_interval(IntervalEvent(chunk_index, tuple(int(r) for r in runs), i + 1,
-                                              cfg.num_intervals, step, seconds, False, message))
-                elif log is not None:
-                    log(message)
-            if log is not None:
-                for j in np.flatnonzero(newly[:n]):
-                    log(f"run {runs[j]} went non-finite in interval {i + 1}: frozen at its state after "
-                        f"interval {i} (other runs unaffected)")
-            if metrics_log is not None:
-                metrics_log.write_interval(
-                    chunk_index, i + 1, step, seconds, runs, np.asarray(finite)[:n],
-                    {k: v[:n] for k, v in history["metrics"][-1].items()},
-                    {k: v[:n] for k, v in history["success"][-1].items()},
-                    {k: v[:n] for k, v in history["returns"][-1].items()})
-            if checkpoint_dir is not None and ((i + 1) % checkpoint_every == 0 or i + 1 == cfg.num_intervals):
-                arrays = flatten_named(_fetch(state), "state")
-                arrays.update(_history_to_arrays(history, frozen_at, task_success))
-                save_checkpoint(checkpoint_dir, i + 1, arrays,
-                                {"fingerprint": fingerprint, "runs": runs.tolist(), "padded": padded,
-                                 "levels": list(self.levels), "metrics": list(history["metrics"][0])},
-                                keep=keep)
+    index: int
+    runs: np.ndarray
+    padded: int
+    keys: jax.Array
+    hp: PyTree
+    ratio: jax.Array
+    rows: jax.Array
+    fingerprint: str
 
-        result = _assemble(state, history, frozen_at, task_success, self.levels)
-        return _unpad(result, n)
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """Every chunk of a training call, the shared inputs (real, imag, level params) placed on the mesh,
+    the real data's statistics, and the compiled ``init`` / ``interval`` for the mesh."""
+
+    chunks: tuple[Chunk, ...]
+    num_runs: int
+    shared: tuple[Transitions, Transitions, Mapping[str, Any]]
+    stats: DataStats
+    run_sharding: NamedSharding | None
+    init: Callable
+    interval: Callable
+
+
+@dataclasses.dataclass
+class History:
+    """A chunk's evaluations so far, host NumPy over its P padded runs: per interval the step, seconds,
+    metrics (name -> (P,)), success and returns (level -> (P,)); each run's 1-based interval of going
+    non-finite (0: never), and per-task success at the last evaluation (level -> (P, K))."""
+
+    steps: list[int]
+    seconds: list[float]
+    metrics: list[dict[str, np.ndarray]]
+    success: list[dict[str, np.ndarray]]
+    returns: list[dict[str, np.ndarray]]
+    frozen_at: np.ndarray
+    task_success: dict[str, np.ndarray]
+
+    @classmethod
+    def empty(cls, padded: int) -> "History":
+        return cls([], [], [], [], [], np.zeros(padded, np.int64), {})
+
+    def record(self, step: int, seconds: float, metrics: Mapping[str, np.ndarray],
+               results: Mapping[str, EvalResult], finite: np.ndarray) -> None:
+        """Appends one interval's outputs; a run newly not ``finite`` is marked frozen in it."""
+        self.frozen_at[(~np.asarray(finite)) & (self.frozen_at == 0)] = len(self.steps) + 1
+        self.steps.append(step)
+        self.seconds.append(seconds)
+        self.metrics.append({k: np.asarray(v) for k, v in metrics.items()})
+        self.success.append({lv: np.asarray(r.success_rate) for lv, r in results.items()})
+        self.returns.append({lv: np.asarray(r.mean_return) for lv, r in results.items()})
+        self.task_success = {lv: np.asarray(r.task_success) for lv, r in results.items()}
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        """The history as named stacked arrays, for a checkpoint."""
+        out = {"history/steps": np.asarray(self.steps, np.int64),
+               "history/seconds": np.asarray(self.seconds, np.float64),
+               "history/frozen_at": self.frozen_at}
+        for group in ("metrics", "success", "returns"):
+            series = getattr(self, group)
+            for name in series[0]:
+                out[f"history/{group}/{name}"] = np.stack([h[name] for h in series])
+        for level, value in self.task_success.items():
+            out[f"history/task_success/{level}"] = value
+        return out
+
+    @classmethod
+    def from_arrays(cls, arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any], done: int) -> "History":
+        """Inverse of :meth:`to_arrays` for the first ``done`` intervals.
+
+        Raises:
+          CheckpointError: the history holds fewer than ``done`` intervals or misses a named series.
+        """
+        names = {"metrics": meta["metrics"], "success": meta["levels"], "returns": meta["levels"]}
+        per_interval = ["history/steps", "history/seconds"] + [f"history/{g}/{k}" for g, keys in names.items() for k in keys]
+        once = ["history/frozen_at"] + [f"history/task_success/{lv}" for lv in meta["levels"]]
+        bad = [k for k in per_interval if k not in arrays or len(arrays[k]) < done] + [k for k in once if k not in arrays]
+        if bad:
+            raise CheckpointError(f"a checkpoint of interval {done} lacks history for it ({', '.join(bad[:3])}): it "
+                                  "was altered; resume from the previous checkpoint or start a new checkpoint_dir")
+        series = {group: [{k: arrays[f"history/{group}/{k}"][i] for k in keys} for i in range(done)]
+                  for group, keys in names.items()}
+        return cls(steps=arrays["history/steps"].tolist()[:done], seconds=arrays["history/seconds"].tolist()[:done],
+                   frozen_at=arrays["history/frozen_at"].copy(),
+                   task_success={lv: arrays[f"history/task_success/{lv}"] for lv in meta["levels"]}, **series)
+
+    def result(self, state: RunState, levels: Sequence[str], n: int) -> TrainResult:
+        """The :class:`TrainResult` of the first ``n`` runs (the padding dropped)."""
+        finite = np.asarray(_fetch(state.finite))[:n]
+        return TrainResult(
+            state=jax.tree.map(lambda x: x[:n], state) if n < self.frozen_at.shape[0] else state,
+            steps=np.asarray(self.steps),
+            metrics={k: np.stack([h[k] for h in self.metrics])[:, :n] for k in self.metrics[0]},
+            success={lv: np.stack([h[lv] for h in self.success])[:, :n] for lv in levels},
+            returns={lv: np.stack([h[lv] for h in self.returns])[:, :n] for lv in levels},
+            task_success={lv: v[:n] for lv, v in self.task_success.items()},
+            seconds=np.asarray(self.seconds),
+            finite=finite,
+            frozen_at=self.frozen_at[:n],
+        )
+
+
+# ---------------------------------------------------------------------------------------------------
+# Callbacks of the runner: messages, the metrics log, checkpoints
+# ---------------------------------------------------------------------------------------------------
+class Callback(Protocol):
+    """Receives a chunk's start (``history``/``path``: a restored checkpoint, or None) and each interval."""
+
+    def start(self, chunk: Chunk, history: History | None, path: Path | None) -> None: ...
+
+    def interval(self, chunk: Chunk, state: RunState, history: History) -> None: ...
+
+
+@dataclasses.dataclass
+class Messages:
+    """The per-interval line (to ``on_interval`` as an :class:`IntervalEvent` when given, else to
+    ``log``), the resume line and one line per run that went non-finite."""
+
+    config: EngineConfig
+    levels: tuple[str, ...]
+    num_runs: int
+    log: Callable[[str], None] | None
+    on_interval: Callable[[IntervalEvent], None] | None
+
+    def start(self, chunk: Chunk, history: History | None, path: Path | None) -> None:
+        if history is None:
+            return
+        done, cfg = len(history.steps), self.config
+        message = f"resumed chunk {chunk.index} from {path} ({done}/{cfg.num_intervals} intervals done)"
+        if self.log is not None:
+            self.log(message)
+        if self.on_interval is not None:
+            self.on_interval(IntervalEvent(chunk.index, tuple(int(r) for r in chunk.runs), done, cfg.num_intervals,
+                                           done * cfg.updates_per_interval, 0.0, True, message))
+
+    def interval(self, chunk: Chunk, state: RunState, history: History) -> None:
+        cfg, n, i = self.config, len(chunk.runs), len(history.steps)
+        if self.log is not None or self.on_interval is not None:
+            seconds = history.seconds[-1]
+            succ = "  ".join(f"{lv} {100 * np.mean(history.success[-1][lv][:n]):5.1f}%" for lv in self.levels)
+            metrics = history.metrics[-1]
+            loss = np.nanmean(metrics["loss"][:n]) if "loss" in metrics else float("nan")
+            prefix = f"chunk {chunk.index} " if chunk.index or n < self.num_runs else ""
+            message = (f"{prefix}[{i}/{cfg.num_intervals}] step {history.steps[-1]:>7}  loss {loss:.4f}  "
+                       f"success {succ}  ({seconds:.1f}s, {n * cfg.updates_per_interval / seconds:,.0f} updates/s "
+                       f"over {n} runs)")
+            if self.on_interval is not None:
+                self.on_interval(IntervalEvent(chunk.index, tuple(int(r) for r in chunk.runs), i, cfg.num_intervals,
+                                               history.steps[-1], seconds, False, message))
+            elif self.log is not None:
+                self.log(message)
+        if self.log is not None:
+            for j in np.flatnonzero(history.frozen_at[:n] == i):
+                self.log(f"run {chunk.runs[j]} went non-finite in interval {i}: frozen at its state after "
+                         f"interval {i - 1} (other runs unaffected)")
+
+
+@dataclasses.dataclass
+class MetricsSink:
+    """Each interval's records in the sweep's :class:`~imaginejax.runlog.MetricsLog`; a chunk starts by
+    dropping records beyond its restored interval, a fresh sweep by dropping every record."""
+
+    log: MetricsLog
+    fresh: bool
+
+    def start(self, chunk: Chunk, history: History | None, path: Path | None) -> None:
+        if self.fresh and chunk.index == 0:
+            self.log.truncate(-1, 0)
+        self.log.truncate(chunk.index, 0 if history is None else len(history.steps))
+
+    def interval(self, chunk: Chunk, state: RunState, history: History) -> None:
+        n = len(chunk.runs)
+        cut = lambda d: {k: v[:n] for k, v in d.items()}
+        self.log.write_interval(chunk.index, len(history.steps), history.steps[-1], history.seconds[-1], chunk.runs,
+                                history.frozen_at[:n] == 0, cut(history.metrics[-1]), cut(history.success[-1]),
+                                cut(history.returns[-1]))
+
+
+@dataclasses.dataclass
+class Checkpoints:
+    """The chunk's whole state and history saved after every ``every``-th interval and the last one
+    (:mod:`imaginejax.checkpoint`, the newest ``keep`` kept)."""
+
+    directory: Path
+    every: int
+    keep: int
+    num_intervals: int
+    levels: tuple[str, ...]
+
+    def start(self, chunk: Chunk, history: History | None, path: Path | None) -> None:
+        pass
+
+    def interval(self, chunk: Chunk, state: RunState, history: History) -> None:
+        i = len(history.steps)
+        if i % self.every and i != self.num_intervals:
+            return
+        arrays = flatten_named(_fetch(state), "state")
+        arrays.update(history.to_arrays())
+        meta = {"fingerprint": chunk.fingerprint, "runs": chunk.runs.tolist(), "padded": chunk.padded,
+                "levels": list(self.levels), "metrics": list(history.metrics[0])}
+        save_checkpoint(self.directory / f"chunk-{chunk.index:03d}", i, arrays, meta, keep=self.keep)
 
 
 def _stack_sources(imag: Transitions | Sequence[Transitions]) -> tuple[Transitions, np.ndarray]:
@@ -606,70 +794,6 @@ def _stack_sources(imag: Transitions | Sequence[Transitions]) -> tuple[Transitio
     counts = np.asarray([int(p.state.shape[0]) for p in parts])
     bounds = np.stack([np.concatenate([[0], np.cumsum(counts)[:-1]]), counts], -1).astype(np.int32)
     return (parts[0] if len(parts) == 1 else concat_transitions(parts)), bounds
-
-
-def _history_to_arrays(history: dict[str, Any], frozen_at: np.ndarray,
-                       task_success: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The history lists as named stacked arrays for a checkpoint."""
-    out = {"history/steps": np.asarray(history["steps"], np.int64),
-           "history/seconds": np.asarray(history["seconds"], np.float64),
-           "history/frozen_at": frozen_at}
-    for group in ("metrics", "success", "returns"):
-        for name in history[group][0]:
-            out[f"history/{group}/{name}"] = np.stack([h[name] for h in history[group]])
-    for level, value in task_success.items():
-        out[f"history/task_success/{level}"] = value
-    return out
-
-
-def _history_from_arrays(arrays: dict[str, np.ndarray], meta: dict[str, Any],
-                         done: int) -> tuple[dict[str, Any], np.ndarray, dict[str, np.ndarray]]:
-    """Inverse of :func:`_history_to_arrays` (``done`` intervals).
-
-    Raises:
-      CheckpointError: the history holds fewer than ``done`` intervals or misses a named series.
-    """
-    names = {"metrics": meta["metrics"], "success": meta["levels"], "returns": meta["levels"]}
-    per_interval = ["history/steps", "history/seconds"] + [f"history/{g}/{k}" for g, keys in names.items() for k in keys]
-    once = ["history/frozen_at"] + [f"history/task_success/{lv}" for lv in meta["levels"]]
-    bad = [k for k in per_interval if k not in arrays or len(arrays[k]) < done] + [k for k in once if k not in arrays]
-    if bad:
-        raise CheckpointError(f"a checkpoint of interval {done} lacks history for it ({', '.join(bad[:3])}): it was "
-                              "altered; resume from the previous checkpoint or start a new checkpoint_dir")
-    history: dict[str, Any] = {"steps": arrays["history/steps"].tolist(),
-                               "seconds": arrays["history/seconds"].tolist()}
-    for group, keys in names.items():
-        history[group] = [{k: arrays[f"history/{group}/{k}"][i] for k in keys} for i in range(done)]
-    task_success = {lv: arrays[f"history/task_success/{lv}"] for lv in meta["levels"]}
-    return history, arrays["history/frozen_at"].copy(), task_success
-
-
-def _assemble(state: RunState, history: dict[str, Any], frozen_at: np.ndarray,
-              task_success: dict[str, np.ndarray], levels: tuple[str, ...]) -> TrainResult:
-    finite = np.asarray(_fetch(state.finite))
-    return TrainResult(
-        state=state,
-        steps=np.asarray(history["steps"]),
-        metrics={k: np.stack([h[k] for h in history["metrics"]]) for k in history["metrics"][0]},
-        success={lv: np.stack([h[lv] for h in history["success"]]) for lv in levels},
-        returns={lv: np.stack([h[lv] for h in history["returns"]]) for lv in levels},
-        task_success=dict(task_success),
-        seconds=np.asarray(history["seconds"]),
-        finite=finite,
-        frozen_at=frozen_at,
-    )
-
-
-def _unpad(result: TrainResult, n: int) -> TrainResult:
-    """Drops padded runs (all beyond the first n)."""
-    if int(result.finite.shape[0]) == n:
-        return result
-    cut = lambda d: {k: v[:, :n] for k, v in d.items()}
-    return dataclasses.replace(
-        result, state=jax.tree.map(lambda x: x[:n], result.state), metrics=cut(result.metrics),
-        success=cut(result.success), returns=cut(result.returns),
-        task_success={k: v[:n] for k, v in result.task_success.items()},
-        finite=result.finite[:n], frozen_at=result.frozen_at[:n])
 
 
 def _concatenate(parts: list[TrainResult]) -> TrainResult:

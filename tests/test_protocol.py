@@ -163,12 +163,13 @@ def test_three_way_rows_average_the_last_evaluations_and_pair_each_level_with_it
 
 def test_a_checkpoint_whose_history_is_shorter_than_its_interval_is_refused():
     from imaginejax.checkpoint import CheckpointError
-    from imaginejax.engine import _history_from_arrays, _history_to_arrays
+    from imaginejax.engine import History
 
-    history = {"steps": [10], "seconds": [1.0], "metrics": [{"loss": np.zeros(2)}],
-               "success": [{"train": np.zeros(2)}], "returns": [{"train": np.zeros(2)}]}
-    arrays = _history_to_arrays(history, np.zeros(2, np.int64), {"train": np.zeros((2, 4))})
+    history = History(steps=[10], seconds=[1.0], metrics=[{"loss": np.zeros(2)}], success=[{"train": np.zeros(2)}],
+                      returns=[{"train": np.zeros(2)}], frozen_at=np.zeros(2, np.int64),
+                      task_success={"train": np.zeros((2, 4))})
+    arrays = history.to_arrays()
     meta = {"metrics": ["loss"], "levels": ["train"]}
-    assert _history_from_arrays(arrays, meta, 1)[0]["steps"] == [10]
+    assert History.from_arrays(arrays, meta, 1).steps == [10]
     with pytest.raises(CheckpointError, match="interval 2 lacks history"):
-        _history_from_arrays(arrays, meta, 2)
+        History.from_arrays(arrays, meta, 2)
