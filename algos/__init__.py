@@ -12,11 +12,15 @@ from typing import Any, Callable, Mapping
 
 from imaginejax.algos.base import Algorithm, Spec
 from imaginejax.algos.bc import make_bc
-from imaginejax.algos.bcq import make_bcq, make_continuous_bcq
-from imaginejax.algos.combo import make_combo, make_discrete_combo
-from imaginejax.algos.cql import make_continuous_cql, make_cql
+from imaginejax.algos.bcq import make_continuous_bcq
+from imaginejax.algos.bcq_discrete import make_bcq
+from imaginejax.algos.combo import make_combo
+from imaginejax.algos.combo_discrete import make_discrete_combo
+from imaginejax.algos.cql import make_continuous_cql
+from imaginejax.algos.cql_discrete import make_cql
 from imaginejax.algos.networks import NetConfig
-from imaginejax.algos.prdc import make_discrete_prdc, make_prdc
+from imaginejax.algos.prdc import make_prdc
+from imaginejax.algos.prdc_discrete import make_discrete_prdc
 from imaginejax.algos.td3bc import make_td3bc
 from imaginejax.algos.td3bc_discrete import make_discrete_td3bc
 
@@ -67,20 +71,10 @@ def static_options(name: str, discrete: bool | None = None) -> tuple[str, ...]:
 
 
 def make(name: str, spec: Spec, net: NetConfig | None = None, **options: Any) -> Algorithm:
-    """Builds the algorithm ``name`` for an environment interface ``spec`` with static shapes ``net``.
-
-    The variant (discrete or continuous actions) follows ``spec.discrete``. With ``net=None`` each
-    algorithm uses its reference network (e.g. 3×256 heads for continuous CQL, 2×256 for TD3+BC).
-
-    Args:
-      name, spec, net: as above.
-      **options: static keyword arguments of the variant's factory (:func:`static_options`), e.g.
-        ``config={"rollout_batch": 5000}`` for COMBO (a mapping replaces fields of a dataclass default).
-
-    Raises:
-      ValueError: an unknown name (the message lists the valid ones), an action space the algorithm
-        does not support (the message lists those that do), or an unknown option (listing the valid ones).
-    """
+    """The algorithm ``name`` for ``spec`` (its variant by ``spec.discrete``) with shapes ``net`` (None: the
+    algorithm's reference network) and static ``options`` of its factory, e.g. ``config={"rollout_batch":
+    5000}`` for COMBO (a mapping replaces fields of a dataclass default). Unknown names, action spaces or
+    options are a ValueError that lists the valid ones."""
     if name not in _REGISTRY:
         raise ValueError(f"unknown algorithm {name!r}; valid names: {', '.join(registered())}")
     variants = _REGISTRY[name]

@@ -28,14 +28,8 @@ PyTree = Any
 
 @dataclasses.dataclass(frozen=True)
 class Spec:
-    """Static description of an environment's interface as seen by an algorithm.
-
-    Attributes:
-      state_dim: S, width of the environment state vector.
-      embed_dim: E, width of the instruction embedding (0 when instructions are not embedded).
-      discrete: True for Discrete(n) action spaces.
-      action_dim: number of actions n (discrete) or action width A (continuous, actions in [-1, 1]).
-    """
+    """An environment's interface as an algorithm sees it: state width S, embedding width E (0: none),
+    discrete or not, and the number of actions n (discrete) or action width A (continuous, in [-1, 1])."""
 
     state_dim: int
     embed_dim: int
@@ -49,7 +43,7 @@ class Spec:
 
 
 class Algorithm(NamedTuple):
-    """A record of pure functions; see the module docstring for the signatures."""
+    """A record of pure functions (module docstring)."""
 
     name: str
     init: Callable[[jax.Array, Spec, Any, PyTree], PyTree]

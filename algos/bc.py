@@ -1,12 +1,9 @@
-"""Behaviour cloning, language-conditioned, for discrete and continuous actions.
+"""Behaviour cloning, language-conditioned, for discrete and continuous actions (BENCHMARK.md §4).
 
-Loss (BENCHMARK.md §4):
+    discrete:   L(θ) = E_D[−log softmax(f_θ(s ⊕ e(ℓ)))_a]            (cross-entropy)
+    continuous: L(θ) = E_D[‖tanh f_θ(s ⊕ e(ℓ)) − a‖²]                 (squared error summed over action dims)
 
-* discrete:   L(θ) = E_(s,ℓ,a)~D [ -log softmax(f_θ(s ⊕ e(ℓ)))_a ]     (cross-entropy)
-* continuous: L(θ) = E_(s,ℓ,a)~D [ ||tanh f_θ(s ⊕ e(ℓ)) - a||² ]        (MSE, summed over action dims)
-
-where e(ℓ) is the instruction embedding. Optimiser: Adam (reference lr 1e-3). The learning rate lives in
-``hp`` so that it can be vmapped like a seed.
+One Adam step per update (lr 1e-3).
 """
 
 from __future__ import annotations
@@ -24,14 +21,14 @@ from imaginejax.data.types import Batch
 
 @struct.dataclass
 class BCHyperparams:
-    """Traced hyperparameters. learning_rate: () float32 Adam step size."""
+    """Traced hyperparameters: the Adam step size."""
 
     learning_rate: jax.Array
 
 
 @struct.dataclass
 class BCState:
-    """params: policy parameters; opt_state: Adam moments; step: () int32 updates done."""
+    """Policy parameters, Adam state, updates done."""
 
     params: dict
     opt_state: optax.OptState
@@ -39,31 +36,20 @@ class BCState:
 
 
 def bc_loss(logits_or_actions: jax.Array, target: jax.Array, discrete: bool) -> jax.Array:
-    """Per-sample BC loss.
-
-    Args:
-      logits_or_actions: (B, n) logits if discrete, else (B, A) squashed actions.
-      target: (B,) int action indices if discrete, else (B, A) data actions.
-      discrete: which loss to use (static).
-
-    Returns:
-      (B,) losses: cross-entropy, or squared error summed over action dimensions.
-    """
+    """(B,) cross-entropy of logits (B, n) to actions (B,), or squared error of actions (B, A) summed over A."""
     if discrete:
         return optax.softmax_cross_entropy_with_integer_labels(logits_or_actions, target)
     return jnp.sum(jnp.square(logits_or_actions - target), axis=-1)
 
 
 def make_bc(spec: Spec, net: NetConfig = NetConfig()) -> Algorithm:
-    """Builds the BC record for an environment interface ``spec`` with static network shapes ``net``."""
+    """BC for ``spec`` (either action space) with a policy of shapes ``net``."""
     model = EncodedMLP(net, out=spec.action_dim, squash=not spec.discrete)
 
-    def default_hp(spec: Spec) -> BCHyperparams:
-        del spec
+    def default_hp(spec_: Spec) -> BCHyperparams:
         return BCHyperparams(learning_rate=jnp.asarray(1e-3, jnp.float32))
 
     def init(key: jax.Array, spec_: Spec, stats: DataStats, hp: BCHyperparams) -> BCState:
-        del stats
         params = model.init(key, jnp.zeros((1, spec_.obs_dim), jnp.float32))
         return BCState(params=params, opt_state=adam(hp.learning_rate).init(params), step=jnp.zeros((), jnp.int32))
 
@@ -75,16 +61,15 @@ def make_bc(spec: Spec, net: NetConfig = NetConfig()) -> Algorithm:
             metrics["accuracy"] = (out.argmax(-1) == batch.action).mean()
         return per_sample.mean(), metrics
 
-    def update(state: BCState, batch: Batch, key: jax.Array, hp: BCHyperparams, data: Datasets):
-        del key, hp, data
+    def update(state: BCState, batch: Batch, key: jax.Array, hp: BCHyperparams,
+               data: Datasets) -> tuple[BCState, dict[str, jax.Array]]:
         grads, metrics = jax.grad(loss_fn, has_aux=True)(state.params, batch)
         params, opt_state = adam_step(state.params, grads, state.opt_state)
         return BCState(params=params, opt_state=opt_state, step=state.step + 1), metrics
 
     def act(state: BCState, obs: jax.Array, key: jax.Array, hp: BCHyperparams,
             deterministic: bool = True) -> jax.Array:
-        """obs (B, S+E) -> actions (B,) int32 (argmax or sampled) or (B, A) float32."""
-        del hp
+        """obs (B, S+E) -> (B,) int32 (argmax or sampled) or (B, A) float32."""
         out = model.apply(state.params, obs)
         if not spec.discrete:
             return out

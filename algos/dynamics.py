@@ -1,42 +1,13 @@
 """A probabilistic dynamics ensemble (Chua et al. 2018; MBPO/MOPO/COMBO), trained inside the compiled update.
 
-Model. N = 7 Gaussian MLPs (4×200 swish layers by default), each mapping the input
+N Gaussian MLPs map x = s̃ ⊕ e(ℓ) ⊕ a (one-hot a if discrete) to a diagonal Gaussian over y = ((s' − s)/σ, r),
+the log-variance soft-clamped between learned bounds. One Adam step per update on the batch:
 
-    x = s̃ ⊕ e(ℓ) ⊕ a          (s̃ = (s − μ)/σ the normalised state, e(ℓ) the instruction embedding,
-                               a the action — one-hot over n actions for discrete spaces)
+    L = Σ_m Σ_i w_mi mean_d[(μ_mid − y_id)² e^{−log v_mid} + log v_mid] / Σ_i w_mi
+        + c_b Σ_m Σ_d (max_lv_md − min_lv_md) + λ ½ Σ ‖W‖²,        w_mi ~ Poisson(1) (online bootstrap)
 
-to a diagonal Gaussian over y = (Δs̃, r) ∈ R^{S+1}, with Δs̃ = (s' − s)/σ the state change in normalised
-units (so every state dimension has unit scale whatever its physical range) and r the reward. Input
-normalisation uses the real buffer's statistics (μ, σ) carried in the algorithm's ``hp.normalizer``
-(:class:`~imaginejax.algos.common.DataStats`), the same ones the agent uses. Each member outputs
-a mean and a raw log-variance, soft-clamped between learned bounds (as in MBPO/MOPO's ``PE`` models):
-
-    log v = max_lv − softplus(max_lv − raw);   log v = min_lv + softplus(log v − min_lv)
-
-with max_lv, min_lv ∈ R^{S+1} trainable (init 0.5 and −10).
-
-Loss (per member m, over the training rows i with weights w_mi; mean over the S+1 output dims):
-
-    L_m = Σ_i w_mi · mean_d[ (μ_mid − y_id)² e^{−log v_mid} + log v_mid ] / Σ_i w_mi
-    L   = Σ_m L_m + c_b · Σ_m Σ_d (max_lv_md − min_lv_md) + λ · ½ Σ ‖W‖²        (c_b = 0.01)
-
-The weights w_mi = Poisson(1) draws per member and row (the online bootstrap: in expectation each
-member sees its own resample of the data, which keeps the members diverse without N separate
-batches), times 0 on held-out rows. λ (weight decay on the kernels) and the learning rate are traced.
-
-Training happens inside the agent's jitted ``update``: one Adam step on the current minibatch per
-update, so it runs in the engine's compiled train call with no host loop. We chose this over a separate
-pre-training phase because the engine's contract gives ``update`` one minibatch at a time and nothing
-else; COMBO (see :mod:`imaginejax.algos.combo`) starts using model rows only after ``model_warmup``
-updates, which plays the role of the reference's pre-training.
-
-Held-out validation and elites. A transition belongs to the validation split iff a hash of its bits
-(state, action, reward, next state) falls below ``holdout_fraction`` (0.2, the reference's
-``val_ratio``): a deterministic property of the transition, so the same transition is always held out,
-however often it is sampled, and never trained on. Each update, the validation MSE of each member's mean
-prediction on the held-out rows of the batch enters an exponential moving average (decay 0.99, bias-
-corrected as in Adam). The 5 members with the lowest average are the elites (``jnp.argsort``; before any
-held-out row has been seen, members 0..4). Rollouts draw a random elite per row and step.
+A transition is held out iff a hash of its bits falls below ``holdout_fraction``; a moving average of each
+member's held-out MSE ranks them, and rollouts draw a random elite per row. Notes: docs/algorithms/combo.md.
 """
 
 from __future__ import annotations
@@ -58,16 +29,8 @@ MIN_LOGVAR_INIT = -10.0
 
 @dataclasses.dataclass(frozen=True)
 class DynamicsConfig:
-    """Static shapes and constants of the ensemble (changing them recompiles).
-
-    Attributes:
-      ensemble_size: N members (7).
-      num_elites: K members used for rollouts (5), chosen by held-out loss.
-      hidden: widths of each member's swish layers (4×200).
-      holdout_fraction: share of transitions (by hash) in the validation split (0.2).
-      validation_decay: decay of the moving average of the held-out MSE (0.99).
-      logvar_bound_coef: c_b, weight of Σ(max_lv − min_lv) in the loss (0.01).
-    """
+    """Static shapes and constants: N members, K elites, swish widths, held-out share, decay of the
+    held-out average, c_b."""
 
     ensemble_size: int = 7
     num_elites: int = 5
@@ -130,15 +93,8 @@ class GaussianEnsemble(nn.Module):
 
 @struct.dataclass
 class DynamicsState:
-    """Ensemble parameters and held-out statistics.
-
-    Attributes:
-      params: ensemble parameters (leading axis N on every leaf).
-      opt_state: Adam state.
-      val_ema: (N,) un-normalised moving average of each member's held-out MSE.
-      val_norm: () Σ of the moving-average weights so far (bias correction: estimate = val_ema / val_norm).
-      elites: (K,) int32 member indices with the lowest held-out MSE.
-    """
+    """Ensemble parameters (leading axis N), Adam state, the un-normalised moving average (N,) of the
+    held-out MSE and its weight sum (estimate = val_ema / val_norm), the elites (K,) int32."""
 
     params: dict
     opt_state: optax.OptState
@@ -164,17 +120,7 @@ def init_dynamics(ensemble: GaussianEnsemble, config: DynamicsConfig, key: jax.A
 
 def dynamics_inputs(state: jax.Array, embedding: jax.Array, action: jax.Array, normalizer: DataStats,
                     num_actions: int | None) -> jax.Array:
-    """x = s̃ ⊕ e ⊕ a.
-
-    Args:
-      state: (B, S) raw states; embedding: (B, E).
-      action: (B, A) float actions, or (B,) int actions when ``num_actions`` is given.
-      normalizer: the state statistics.
-      num_actions: static n for discrete actions (one-hot encoded), None for continuous.
-
-    Returns:
-      (B, S + E + A) or (B, S + E + n) float32.
-    """
+    """x = s̃ ⊕ e ⊕ a: (B, S), (B, E), (B, A) float or (B,) int with ``num_actions`` n -> (B, S + E + A|n)."""
     if num_actions is not None:
         chex.assert_rank(action, 1)
         action = jax.nn.one_hot(action, num_actions, dtype=jnp.float32)
@@ -195,16 +141,8 @@ def next_state_from_delta(state: jax.Array, delta: jax.Array, normalizer: DataSt
 
 
 def gaussian_nll(mean: jax.Array, logvar: jax.Array, target: jax.Array, weights: jax.Array) -> jax.Array:
-    """Per-member weighted Gaussian NLL (without the constant ½ log 2π and the factor ½).
-
-    Args:
-      mean, logvar: (N, B, D) predictions.
-      target: (B, D).
-      weights: (N, B) non-negative row weights per member (0 drops a row).
-
-    Returns:
-      (N,) L_m = Σ_i w_mi mean_d[(μ − y)² e^{−log v} + log v] / max(Σ_i w_mi, 1e-8).
-    """
+    """(N,) L_m = Σ_i w_mi mean_d[(μ − y)² e^{−log v} + log v] / max(Σ_i w_mi, 1e-8): mean, logvar (N, B, D),
+    target (B, D), weights (N, B)."""
     chex.assert_equal_shape([mean, logvar])
     chex.assert_shape(weights, mean.shape[:2])
     per_row = jnp.mean(jnp.square(mean - target[None]) * jnp.exp(-logvar) + logvar, axis=-1)  # (N, B)
@@ -251,21 +189,9 @@ def dynamics_step(ensemble: GaussianEnsemble, config: DynamicsConfig, dyn: Dynam
                   targets: jax.Array, train_weight: jax.Array, holdout: jax.Array, key: jax.Array,
                   weight_decay: jax.Array | float
                   ) -> tuple[DynamicsState, dict[str, jax.Array]]:
-    """One Adam step of the ensemble on a minibatch, plus the held-out statistics and elites.
-
-    Args:
-      ensemble, config: the module and its static configuration.
-      dyn: the ensemble state.
-      inputs: (B, D_in) from :func:`dynamics_inputs`; targets: (B, S + 1) from :func:`dynamics_targets`.
-      train_weight: (B,) weight of each row in training (0 excludes it; e.g. down-weighted imaginary rows).
-      holdout: (B,) bool, validation rows (never trained on; their MSE ranks the members).
-      key: PRNG key for the bootstrap weights.
-      weight_decay: () traced (the learning rate is in ``dyn.opt_state``).
-
-    Returns:
-      The new state and metrics ``model_nll`` (mean over members of L_m), ``model_val_mse`` (mean over
-      the elites of the bias-corrected held-out MSE), ``model_holdout`` (held-out rows in the batch).
-    """
+    """One Adam step on inputs (B, D_in) and targets (B, S + 1) with training weights (B,) (held-out rows
+    excluded), then the held-out MSE averages and the elites. Metrics: model_nll, model_val_mse (elites),
+    model_holdout (held-out rows)."""
     n = config.ensemble_size
     chex.assert_shape([train_weight, holdout], (inputs.shape[0],))
     bootstrap = jax.random.poisson(key, 1.0, (n, inputs.shape[0])).astype(jnp.float32)
@@ -299,16 +225,7 @@ def dynamics_step(ensemble: GaussianEnsemble, config: DynamicsConfig, dyn: Dynam
 
 def sample_elite_step(ensemble: GaussianEnsemble, params: dict, elites: jax.Array, inputs: jax.Array,
                       key: jax.Array) -> jax.Array:
-    """One stochastic model step: each row uses a random elite and samples y ~ N(μ, v) of that member.
-
-    Args:
-      ensemble: the module; params: its parameters; elites: (K,) member indices.
-      inputs: (B, D_in).
-      key: PRNG key (elite choice and Gaussian noise).
-
-    Returns:
-      (B, S + 1) sampled (Δs̃, r).
-    """
+    """y ~ N(μ, v) of a random elite per row: inputs (B, D_in) -> (B, S + 1) sampled (Δs̃, r)."""
     k_member, k_noise = jax.random.split(key)
     b = inputs.shape[0]
     member = elites[jax.random.randint(k_member, (b,), 0, elites.shape[0])]
@@ -316,9 +233,4 @@ def sample_elite_step(ensemble: GaussianEnsemble, params: dict, elites: jax.Arra
     rows = jnp.arange(b)
     mean, logvar = mean[member, rows], logvar[member, rows]
     return mean + jnp.exp(0.5 * logvar) * jax.random.normal(k_noise, mean.shape, mean.dtype)
-
-
-__all__ = ["DynamicsConfig", "DynamicsState", "GaussianEnsemble", "GaussianMLP", "dynamics_inputs",
-           "dynamics_step", "dynamics_targets", "gaussian_nll", "holdout_mask", "init_dynamics", "make_ensemble",
-           "next_state_from_delta", "sample_elite_step", "select_elites", "soft_clamp_logvar", "transition_hash"]
 

@@ -1,48 +1,13 @@
-"""Exact nearest-neighbour search over transition buffers, inside compiled code (PRDC's dataset constraint).
+"""Exact nearest-neighbour search over transition buffers inside compiled code (PRDC's dataset constraint).
 
-The joint space. A dataset row j of a buffer (state s_j, instruction m_j with embedding e_{m_j} in the
-buffer's table, action a_j) has the key
+Row j of a buffer (state s_j, instruction embedding e_{m_j}, action a_j) and a query b (s_b, e_b, α_b):
 
-    k_j = ( β · s̃_j ,  β · e_{m_j} ,  φ(a_j) ),      s̃ = (s − μ) / σ  (the run's state normaliser)
+    d(b, j) = β² ‖s̃_b − s̃_j‖² + β² ‖e_b − e_{m_j}‖² + ‖α_b − φ(a_j)‖²,    φ(a) = a, or one-hot(a) if discrete
 
-and a query b, built from a batch row (state s_b, embedding e_b) and a policy output α_b, is
-q_b = (β · s̃_b, β · e_b, α_b). The squared Euclidean distance splits into three parts,
-
-    d(b, j) = β² ‖s̃_b − s̃_j‖²  +  β² ‖e_b − e_{m_j}‖²  +  ‖α_b − φ(a_j)‖²,
-
-with φ(a) = a for continuous actions and φ(a) = one-hot(a) for discrete ones (α_b is then a probability
-vector). "State" is therefore the policy input o = s̃ ⊕ e of TD3+BC (normalised state ⊕ instruction
-embedding), scaled by β as a whole; see :mod:`imaginejax.algos.prdc` for why.
-
-How it is computed (memory O(B · chunk), never O(B · K)):
-
-* the embedding part depends on j only through m_j, so it is a (B, M) table T[b, m] = β²‖e_b − e_m‖²
-  computed once per call (M instructions, M ≪ K);
-* the rest is one matrix product per chunk of rows: with x_b = (β s̃_b, α_b) and y_j = (β s̃_j, φ(a_j)),
-  d(b, j) − ‖x_b‖² = [−2 x_b, 1, T[b, :]] · [y_j, ‖y_j‖², one-hot(m_j)]; the ‖x_b‖² term is the same for
-  every j and drops out of the argmin. (Tables of more than ``FOLD_INSTRUCTIONS`` rows are gathered,
-  T[b, m_j], instead of folded in as one-hot columns.);
-* a ``lax.scan`` over ⌈K / chunk⌉ contiguous chunks (``dynamic_slice`` windows; the last one shifted back
-  to end at row K, so no padding or copy of the buffer is needed — rows seen twice do not change a
-  minimum) keeps, per query, the smallest value and the block of ``BLOCK`` rows holding it: a plain min
-  per block and an argmin over the few blocks of a chunk, because XLA's CPU argmin over a long axis is a
-  slow variadic reduction;
-* a second pass recomputes the winning block's distances directly (Σ of squared differences + T) and
-  takes the argmin inside it.
-
-Ties go to the lowest row index, as ``numpy.argmin`` does. The search is exact up to float32 round-off:
-two rows whose distances differ by less than the round-off of ‖x‖² + ‖y‖² may be ordered either way.
-
-Optional approximation (off by default): ``subset = m`` searches, in each call, m rows drawn uniformly
-with replacement from each buffer instead of all K, plus optional ``candidates`` known to be in the
-searched set (PRDC passes its training batch: each batch row is a dataset row, so the result is never
-farther than the query's own row). Its cost is that of a buffer of m rows plus an m-row gather. Alone,
-the draw finds the exact neighbour with probability about 1 − (1 − 1/K)^m ≈ m/K; the batch rows add the
-cases where the exact neighbour is the query's own row. Recall and the distance ratio to the exact
-neighbour are measured by ``experiments/benchmarks/prdc_nn_search.py``.
-
-The buffers are the engine's datasets, passed in (never closure constants): see
-:class:`~imaginejax.algos.common.Datasets`.
+computed in chunks (memory O(B · chunk)) as one matrix product per chunk with the embedding part from a
+(B, M) table, a per-block min, then the winning block recomputed directly. Ties go to the lowest row.
+``subset = m`` searches m random rows per buffer (plus optional candidate rows) instead. How and why:
+docs/algorithms/prdc.md.
 """
 
 from __future__ import annotations
@@ -53,13 +18,13 @@ import jax.numpy as jnp
 from flax import struct
 
 from imaginejax.algos.common import DataStats, Datasets
-from imaginejax.data.types import Transitions
+from imaginejax.data.types import Batch, Transitions
 
-# Rows per block of the two-pass argmin: pass 1 keeps, per query, the block holding the smallest value
-# (a plain min-reduction per block, then an argmin over the few blocks of a chunk); pass 2 recomputes that
-# block's distances directly and takes the argmin within it. XLA's CPU argmin over a long axis is a slow
-# variadic reduction (measured ≈ 4× a min over the same (256, 4096) array), hence the two passes.
+# Rows per block of the two-pass argmin (a min per block, then an argmin inside the winning block):
+# XLA's CPU argmin over a long axis is a slow variadic reduction.
 BLOCK = 64
+# Dataset rows per step of the chunked search (rounded down to whole blocks).
+DEFAULT_CHUNK = 4096
 # Instruction tables with at most this many rows fold the embedding distance into the chunk's matrix
 # product (one-hot columns); larger tables gather it from the (B, M) table instead.
 FOLD_INSTRUCTIONS = 64
@@ -287,3 +252,28 @@ def nearest_neighbor(query_state: jax.Array, query_embedding: jax.Array, query_a
     best = jnp.argmin(distances, axis=0)  # the first source on ties
     pick = lambda n: jnp.stack([f[n] for f in found])[best, jnp.arange(b)]
     return Neighbor(distance=pick(0), index=pick(1), imaginary=pick(2), action=pick(3))
+
+
+def check_search_options(chunk: int, subset: int | None) -> None:
+    """Refuses a ``chunk`` that is not a static int >= 1 or a ``subset`` that is neither None nor one."""
+    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
+        raise ValueError(f"chunk must be a static int >= 1 (dataset rows per search step), got {chunk!r}")
+    if subset is not None and (isinstance(subset, bool) or not isinstance(subset, int) or subset < 1):
+        raise ValueError(f"subset must be None (exact search, the default) or a static int >= 1 (rows drawn "
+                         f"per buffer and update), got {subset!r}")
+
+
+def batch_neighbor(batch: Batch, query_action: jax.Array, data: Datasets, stats: DataStats, beta: jax.Array | float,
+                   *, chunk: int, num_actions: int | None = None, subset: int | None = None,
+                   key: jax.Array | None = None) -> Neighbor:
+    """The neighbours of a training batch's (state, embedding, ``query_action``) in the batch's own support.
+
+    The real buffer is searched when the batch has real rows, the imaginary one when it has imaginary rows;
+    with ``subset`` the batch's own rows join the candidates (each is a dataset row of the searched set).
+    """
+    approximate = {} if subset is None else {
+        "subset": subset, "key": key,
+        "candidates": (rows_as_buffer(batch.state, batch.embedding, batch.action), batch.imaginary)}
+    return nearest_neighbor(batch.state, batch.embedding, query_action, data, stats, beta, chunk=chunk,
+                            num_actions=num_actions, use_real=~jnp.all(batch.imaginary),
+                            use_imag=jnp.any(batch.imaginary), **approximate)

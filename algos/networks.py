@@ -1,14 +1,17 @@
 """Networks shared by all algorithms (flax.linen).
 
-Every network starts with the reference's language encoder: two tanh layers over the policy input
-state ⊕ instruction embedding (BENCHMARK.md §4: width 256, 64 for BabyAI), followed by a ReLU MLP head.
+Every network starts with the reference's language encoder, tanh layers over state ⊕ instruction
+embedding (BENCHMARK.md §4: width 256, 64 for BabyAI), followed by a ReLU MLP head. An action, when the
+network takes one, joins after the encoder.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Sequence
 
+import chex
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -16,17 +19,15 @@ import jax.numpy as jnp
 
 @dataclasses.dataclass(frozen=True)
 class NetConfig:
-    """Static network shapes (changing them recompiles).
-
-    Attributes:
-      encoder_width: width of each of the two tanh language-encoder layers.
-      encoder_layers: number of tanh layers in front of every network.
-      hidden: widths of the ReLU head after the encoder.
-    """
+    """Static network shapes (changing them recompiles): width and depth of the tanh encoder, ReLU widths."""
 
     encoder_width: int = 256
     encoder_layers: int = 2
     hidden: tuple[int, ...] = (256, 256)
+
+
+# The CQL paper's networks: 3 hidden layers of 256 for actor and critics, after the language encoder.
+SAC_NET = NetConfig(hidden=(256, 256, 256))
 
 
 class LanguageEncoder(nn.Module):
@@ -44,14 +45,10 @@ class LanguageEncoder(nn.Module):
 
 
 class JoinedDense(nn.Module):
-    """The dense layer of ``nn.Dense(features)`` applied to x ⊕ p[k] for K per-sample inputs p[k]:
-    x (..., D), p (..., K, P) -> (..., K, features).
+    """``nn.Dense(features)`` of x ⊕ p[k] for K inputs p[k] per x: x (..., D), p (..., K, P) -> (..., K, features).
 
-    Parameters are those of ``nn.Dense(features)`` on a (D + P)-wide input (kernel (D + P, features)
-    with Dense's initialiser, bias (features,)), so a module may use either under the same name. The
-    kernel is split into its rows for x and for p: y_k = x W_x + b + p[k] W_p, so the product with the
-    shared x is computed once instead of K times (equal to the concatenated product up to float
-    rounding).
+    The parameters are those of ``nn.Dense`` on a (D + P)-wide input; y_k = x W_x + b + p[k] W_p computes
+    the product with the shared x once instead of K times.
     """
 
     features: int
@@ -62,19 +59,15 @@ class JoinedDense(nn.Module):
         kernel = self.param("kernel", nn.initializers.lecun_normal(), (d + per_sample.shape[-1], self.features),
                             jnp.float32)
         bias = self.param("bias", nn.initializers.zeros_init(), (self.features,), jnp.float32)
-        shared = x @ kernel[:d] + bias  # (..., features): once per x
+        shared = x @ kernel[:d] + bias
         return per_sample @ kernel[d:] + shared[..., None, :]
 
 
 class MLP(nn.Module):
-    """ReLU MLP with a linear output: (..., D) -> (..., out), optionally on a joined input.
+    """ReLU MLP with a linear output, ``mlp(x, joined)`` the MLP of x ⊕ joined: x (..., D) -> (..., out).
 
-    ``mlp(x, joined)`` is the MLP of x ⊕ joined:
-
-    * joined (..., P) (same rank as x): concatenated, output (..., out);
-    * joined (..., K, P) (one rank more): K inputs per x, output (..., K, out), row k the MLP of
-      x ⊕ joined[..., k, :]. x is not tiled: the first layer is a :class:`JoinedDense` (x's product
-      computed once), the layers after it see K rows per x as they must. Same parameters either way.
+    joined (..., P) is concatenated; joined (..., K, P) gives K rows per x, (..., K, out), with the first
+    layer a :class:`JoinedDense` (same parameters either way).
     """
 
     hidden: Sequence[int]
@@ -100,11 +93,7 @@ class MLP(nn.Module):
 
 
 class EncodedMLP(nn.Module):
-    """Language encoder followed by an MLP head: obs (..., S+E) -> (..., out).
-
-    Used as a discrete policy (``out`` = number of actions, logits), a deterministic continuous policy
-    (``squash=True``: tanh to [-1, 1]) or a Q-network.
-    """
+    """Language encoder then MLP head: obs (..., S+E) -> (..., out); ``squash`` applies tanh (actions in [-1, 1])."""
 
     config: NetConfig
     out: int
@@ -115,3 +104,93 @@ class EncodedMLP(nn.Module):
         h = LanguageEncoder(self.config.encoder_width, self.config.encoder_layers)(obs)
         y = MLP(self.config.hidden, self.out)(h)
         return jnp.tanh(y) if self.squash else y
+
+
+class EncodedCritic(nn.Module):
+    """Q(o, a) = MLP(enc(o) ⊕ a): action (B, A) -> (B,), or K actions per state (B, K, A) -> (B, K)."""
+
+    config: NetConfig
+
+    @nn.compact
+    def __call__(self, obs: jax.Array, action: jax.Array) -> jax.Array:
+        h = LanguageEncoder(self.config.encoder_width, self.config.encoder_layers)(obs)
+        return MLP(self.config.hidden, 1)(h, action)[..., 0]
+
+
+class TwinCritic(nn.Module):
+    """Two independent :class:`EncodedCritic` (stacked params, leading axis 2): -> (2, B) or (2, B, K)."""
+
+    config: NetConfig
+
+    @nn.compact
+    def __call__(self, obs: jax.Array, action: jax.Array) -> jax.Array:
+        twin = nn.vmap(EncodedCritic, variable_axes={"params": 0}, split_rngs={"params": True},
+                       in_axes=None, out_axes=0, axis_size=2)
+        return twin(self.config, name="critics")(obs, action)
+
+
+class TwinDiscreteCritic(nn.Module):
+    """Two independent Q-networks over n actions (:class:`EncodedMLP`, stacked): obs (B, S+E) -> (2, B, n)."""
+
+    config: NetConfig
+    num_actions: int
+
+    @nn.compact
+    def __call__(self, obs: jax.Array) -> jax.Array:
+        twin = nn.vmap(EncodedMLP, variable_axes={"params": 0}, split_rngs={"params": True},
+                       in_axes=None, out_axes=0, axis_size=2)
+        return twin(self.config, self.num_actions, name="critics")(obs)
+
+
+def first_critic_apply(critic: TwinCritic | TwinDiscreteCritic, critic_params: dict, *inputs: jax.Array) -> jax.Array:
+    """Q_θ1 alone (half the twin's work): the twin's output without its leading axis."""
+    if isinstance(critic, TwinCritic):
+        single: nn.Module = EncodedCritic(critic.config)
+    elif isinstance(critic, TwinDiscreteCritic):
+        single = EncodedMLP(critic.config, critic.num_actions)
+    else:
+        raise ValueError(f"first_critic_apply needs a TwinCritic or TwinDiscreteCritic, got {type(critic).__name__}")
+    return single.apply({"params": jax.tree.map(lambda x: x[0], critic_params["params"]["critics"])}, *inputs)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Tanh-squashed Gaussian actor (SAC)
+# ---------------------------------------------------------------------------------------------------
+LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
+
+
+class TanhGaussianActor(nn.Module):
+    """obs (..., S+E) -> (μ, log σ) (..., A) of the pre-tanh Gaussian, log σ clipped to [−20, 2]."""
+
+    config: NetConfig
+    action_dim: int
+
+    @nn.compact
+    def __call__(self, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
+        out = EncodedMLP(self.config, 2 * self.action_dim)(obs)
+        mean, log_std = jnp.split(out, 2, axis=-1)
+        return mean, jnp.clip(log_std, LOG_STD_MIN, LOG_STD_MAX)
+
+
+def tanh_gaussian_log_prob(pre_tanh: jax.Array, mean: jax.Array, log_std: jax.Array) -> jax.Array:
+    """log π(tanh u) = Σ_j log N(u_j; μ_j, σ_j²) − log(1 − tanh² u_j): (..., A) -> (...,).
+
+    log(1 − tanh² u) = 2 (log 2 − u − softplus(−2u)) does not overflow.
+    """
+    z = (pre_tanh - mean) * jnp.exp(-log_std)
+    gaussian = jnp.sum(-0.5 * jnp.square(z) - log_std - 0.5 * math.log(2.0 * math.pi), axis=-1)
+    log_det = jnp.sum(2.0 * (math.log(2.0) - pre_tanh - jax.nn.softplus(-2.0 * pre_tanh)), axis=-1)
+    return gaussian - log_det
+
+
+def sample_tanh_gaussian(key: jax.Array, mean: jax.Array, log_std: jax.Array,
+                         num_samples: int | None = None) -> tuple[jax.Array, jax.Array]:
+    """a = tanh(μ + σ ε) and log π(a): mean, log_std (B, A) -> (B, A), (B,); or (B, K, A), (B, K) for K samples."""
+    chex.assert_equal_shape([mean, log_std])
+    if num_samples is not None:
+        mean, log_std = mean[:, None, :], log_std[:, None, :]
+        shape = (mean.shape[0], num_samples, mean.shape[-1])
+    else:
+        shape = mean.shape
+    pre_tanh = mean + jnp.exp(log_std) * jax.random.normal(key, shape, mean.dtype)
+    return jnp.tanh(pre_tanh), tanh_gaussian_log_prob(pre_tanh, mean, log_std)

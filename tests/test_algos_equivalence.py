@@ -22,10 +22,12 @@ import numpy as np
 import pytest
 
 from imaginejax.algos.base import Spec
-from imaginejax.algos.common import DataStats, Datasets, TwinCritic, TwinDiscreteCritic, first_critic_apply
-from imaginejax.algos.cql import RowWeights, continuous_cql_critic_objective
-from imaginejax.algos.networks import MLP, LanguageEncoder, NetConfig
-from imaginejax.algos.prdc import make_discrete_prdc, make_prdc
+from imaginejax.algos.common import DataStats, Datasets, RowWeights
+from imaginejax.algos.cql import continuous_cql_critic_objective
+from imaginejax.algos.networks import (MLP, LanguageEncoder, NetConfig, TwinCritic, TwinDiscreteCritic,
+                                       first_critic_apply)
+from imaginejax.algos.prdc import make_prdc
+from imaginejax.algos.prdc_discrete import make_discrete_prdc
 from imaginejax.algos.td3bc import make_td3bc
 from imaginejax.algos.td3bc_discrete import make_discrete_td3bc
 from imaginejax.data.types import Batch, Transitions

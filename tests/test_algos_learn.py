@@ -18,8 +18,8 @@ import pytest
 
 import toy_continuous_env as reach
 from imaginejax.algos.base import Spec
-from imaginejax.algos.bcq import make_bcq
-from imaginejax.algos.cql import make_cql
+from imaginejax.algos.bcq_discrete import make_bcq
+from imaginejax.algos.cql_discrete import make_cql
 from imaginejax.algos.networks import NetConfig
 from imaginejax.algos.td3bc import make_td3bc
 from imaginejax.algos.td3bc_discrete import make_discrete_td3bc

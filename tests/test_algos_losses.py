@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 
 from imaginejax.algos.base import Spec
-from imaginejax.algos.bcq import action_filter, bcq_loss, filtered_argmax, make_bcq
-from imaginejax.algos.common import (DataStats, TwinCritic, huber, periodic_polyak_update,
+from imaginejax.algos.bcq_discrete import action_filter, bcq_loss, filtered_argmax, make_bcq
+from imaginejax.algos.common import (DataStats, huber, periodic_polyak_update,
                                      td_target, twin_critic_loss)
-from imaginejax.algos.cql import cql_loss, make_cql, next_state_value
-from imaginejax.algos.networks import NetConfig
+from imaginejax.algos.cql_discrete import cql_loss, make_cql, next_state_value
+from imaginejax.algos.networks import NetConfig, TwinCritic
 from imaginejax.algos.td3bc import actor_loss, make_td3bc, smoothed_target_action
 from imaginejax.algos.td3bc_discrete import discrete_actor_loss, expected_next_value, make_discrete_td3bc
 from imaginejax.data.types import Batch, Transitions

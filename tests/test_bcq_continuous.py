@@ -16,8 +16,9 @@ import pytest
 
 import toy_continuous_env as reach
 from imaginejax.algos.base import Spec
-from imaginejax.algos.bcq import (ContinuousBCQConfig, make_bcq, make_continuous_bcq, select_by_q,
+from imaginejax.algos.bcq import (ContinuousBCQConfig, make_continuous_bcq, select_by_q,
                                   soft_clipped_double_q, vae_loss)
+from imaginejax.algos.bcq_discrete import make_bcq
 from imaginejax.algos.common import DataStats
 from imaginejax.algos.networks import NetConfig
 from imaginejax.data.transitions import to_transitions

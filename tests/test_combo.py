@@ -16,13 +16,16 @@ import pytest
 
 import toy_continuous_env as reach
 from imaginejax.algos.base import Spec
-from imaginejax.algos.common import DataStats, TwinCritic
-from imaginejax.algos.combo import (ComboConfig, combo_weights, init_model_buffer, make_combo, make_discrete_combo,
-                                    model_rollout, sample_model_rows, success_terminal_fn, write_model_rows)
-from imaginejax.algos.cql import continuous_cql_critic_objective, cql_loss
+from imaginejax.algos.common import DataStats
+from imaginejax.algos.combo import ComboConfig, make_combo
+from imaginejax.algos.combo_discrete import make_discrete_combo
+from imaginejax.algos.cql import continuous_cql_critic_objective
+from imaginejax.algos.cql_discrete import cql_loss
 from imaginejax.algos.dynamics import (DynamicsConfig, dynamics_inputs, dynamics_step, dynamics_targets, gaussian_nll,
                                        holdout_mask, init_dynamics, make_ensemble, sample_elite_step, soft_clamp_logvar)
-from imaginejax.algos.networks import NetConfig
+from imaginejax.algos.networks import NetConfig, TwinCritic
+from imaginejax.algos.rollouts import (combo_weights, init_model_buffer, model_rollout, sample_model_rows,
+                                       success_terminal_fn, write_model_rows)
 from imaginejax.data.transitions import to_transitions
 from imaginejax.data.types import Batch
 from imaginejax.engine import EngineConfig, broadcast_runs, make_train

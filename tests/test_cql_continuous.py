@@ -15,12 +15,10 @@ import pytest
 
 import toy_continuous_env as reach
 from imaginejax.algos.base import Spec
-from imaginejax.algos.common import DataStats, TwinCritic, twin_critic_loss
-from imaginejax.algos.cql import (RowWeights, cql_action_samples, continuous_cql_critic_objective,
-                                  continuous_cql_regularizer, make_continuous_cql)
-from imaginejax.algos.networks import NetConfig
-from imaginejax.algos.sac import (SAC_NET, sac_actor_loss, sample_tanh_gaussian, tanh_gaussian_log_prob,
-                                  temperature_loss)
+from imaginejax.algos.common import DataStats, RowWeights, twin_critic_loss
+from imaginejax.algos.cql import (cql_action_samples, continuous_cql_critic_objective, continuous_cql_regularizer,
+                                  make_continuous_cql, sac_actor_loss, temperature_loss)
+from imaginejax.algos.networks import SAC_NET, NetConfig, TwinCritic, sample_tanh_gaussian, tanh_gaussian_log_prob
 from imaginejax.data.transitions import to_transitions
 from imaginejax.data.types import Batch
 from imaginejax.engine import EngineConfig, broadcast_runs, make_train

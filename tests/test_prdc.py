@@ -27,7 +27,8 @@ from imaginejax.algos.base import Spec
 from imaginejax.algos.common import DataStats, Datasets
 from imaginejax.algos.neighbors import nearest_neighbor, nearest_row
 from imaginejax.algos.networks import NetConfig
-from imaginejax.algos.prdc import make_discrete_prdc, make_prdc
+from imaginejax.algos.prdc import make_prdc
+from imaginejax.algos.prdc_discrete import make_discrete_prdc
 from imaginejax.data.transitions import to_transitions
 from imaginejax.data.types import Batch, Transitions
 from imaginejax.engine import EngineConfig, broadcast_runs, make_train
@@ -318,7 +319,8 @@ def test_vmapped_seeds_equal_sequential_updates():
         def step(state, k):
             return algo.update(state, batch, k, hp, Datasets.of(real, real))
 
-        return jax.lax.scan(step, algo.init(key, spec, DataStats.identity(S), hp), jax.random.split(key, 4))  # 2 actor steps
+        state = algo.init(key, spec, DataStats.identity(S), hp)
+        return jax.lax.scan(step, state, jax.random.split(key, 4))  # 2 actor steps
 
     keys = jax.random.split(jax.random.PRNGKey(8), 3)
     together = jax.jit(jax.vmap(run))(keys)

@@ -11,7 +11,7 @@ import pytest
 
 from imaginejax.algos.base import Spec
 from imaginejax.algos.bc import BCHyperparams, make_bc
-from imaginejax.algos.cql import make_cql
+from imaginejax.algos.cql_discrete import make_cql
 from imaginejax.algos.networks import NetConfig
 from imaginejax.data.transitions import to_transitions
 from imaginejax.engine import EngineConfig, MemoryEstimate, make_train

@@ -44,8 +44,8 @@ import numpy as np
 
 from imaginejax.algos.base import Spec
 from imaginejax.algos.common import DataStats, Datasets
-from imaginejax.algos.neighbors import nearest_neighbor, rows_as_buffer
-from imaginejax.algos.prdc import DEFAULT_CHUNK, make_prdc
+from imaginejax.algos.neighbors import DEFAULT_CHUNK, nearest_neighbor, rows_as_buffer
+from imaginejax.algos.prdc import make_prdc
 from imaginejax.algos.td3bc import make_td3bc
 from imaginejax.data.transitions import placeholder_like
 from imaginejax.data.types import Batch, Transitions
