@@ -12,10 +12,10 @@ saves. Training semantics differ from evaluation: every episode runs the full 20
 does not end it, so the agent never learns to avoid succeeding in order to keep collecting reward) and a
 time limit is a truncation (the TD target bootstraps). Rewards are the tasks' own (``tasks.reward``).
 
-SAC from the shared pieces: tanh-Gaussian actor and temperature loss (:mod:`imaginejax.algos.sac`), twin
-critics, TD target, Adam and Polyak updates (:mod:`imaginejax.algos.common`), and the parameter record
-of continuous CQL (whose Lagrange fields stay unused). The update is CQL's with the conservative term
-removed and the entropy term kept in the target:
+SAC from the shared pieces: tanh-Gaussian actor and twin critics (:mod:`imaginejax.algos.networks`), the
+SAC actor and temperature losses (:mod:`imaginejax.algos.cql`), TD target, Adam and Polyak updates
+(:mod:`imaginejax.algos.common`), and the parameter record of continuous CQL (whose Lagrange fields stay
+unused). The update is CQL's with the conservative term removed and the entropy term kept in the target:
 
     y = r + γ [ min_i Q_θi'(o', a') − α log π(a'|o') ],  a' ~ π(·|o')
     L(θ) = Σ_i E[(Q_θi(o, a) − y)²],  L(φ) = E[α log π(ã|o) − min_i Q_θi(o, ã)],
