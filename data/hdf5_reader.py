@@ -1,7 +1,7 @@
 """Reads an untrusted HDF5 file in a child process (run as a script; imports only NumPy and h5py).
 
 The HDF5 library is not robust against malformed files: a few flipped bytes can make it loop forever or
-crash. :func:`imaginejax.data.reference.read_hdf5` therefore runs this script with a time limit and
+crash. :func:`imaginejax.interop.reference.read_hdf5` therefore runs this script with a time limit and
 takes back only plain arrays. Usage::
 
     python hdf5_reader.py read|check FILE OUT_DIR

@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from imaginejax.data import DatasetError
-from imaginejax.data.reference import read_reference_file
+from imaginejax.interop.reference import read_reference_file
 from imaginejax.data.safe_pickle import read_pickle
 
 REPO = Path(__file__).resolve().parents[1]
@@ -155,7 +155,7 @@ def test_mutated_pickles_are_read_or_refused_and_never_run_code(tmp_path_factory
 CHILD = textwrap.dedent("""
     import json, sys, tempfile
     from pathlib import Path
-    import imaginejax.data.reference as reference
+    import imaginejax.interop.reference as reference
     from imaginejax.data.errors import DatasetError
 
     reference.HDF5_SECONDS = (10.0, 0.0)

@@ -1,4 +1,4 @@
-"""The Gymnasium adapter (imaginejax.envs.gym_adapter): gymnasium's env checker passes for every
+"""The Gymnasium adapter (imaginejax.interop.gym_adapter): gymnasium's env checker passes for every
 registered environment, the adapter replays the JAX environment's own single-environment API exactly,
 the vector environment equals independent single environments and auto-resets in NEXT_STEP mode, and
 ``get_dataset`` serves the reference API."""
@@ -17,7 +17,7 @@ from gymnasium.utils.env_checker import check_env
 from imaginejax import envs
 from imaginejax.data import save_dataset
 from imaginejax.data.collect import collect, random_policy
-from imaginejax.envs import gym_adapter
+from imaginejax.interop import gym_adapter
 
 
 @pytest.mark.parametrize("name", envs.registered())

@@ -23,12 +23,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-import imaginejax.data.reference as reference
+import imaginejax.interop.reference as reference
 from imaginejax import envs
 from imaginejax.data import (DatasetError, EnvFacts, TrajectoryDataset, load_dataset, save_dataset,
                              validate_for_env)
 from imaginejax.data.collect import collect, random_policy
-from imaginejax.data.reference import export_reference, import_reference, load_npy, read_reference_file
+from imaginejax.interop.reference import export_reference, import_reference, load_npy, read_reference_file
 from imaginejax.data.safe_pickle import read_pickle
 
 REPO = Path(__file__).resolve().parents[1]
@@ -98,7 +98,7 @@ def test_forged_structured_dtype_npy_is_refused_and_cannot_crash_the_process(tmp
     file = forged_structured_npy(tmp_path / "forged.npy")
     script = textwrap.dedent("""
         import sys
-        from imaginejax.data.reference import import_reference
+        from imaginejax.interop.reference import import_reference
         from imaginejax.data.errors import DatasetError
         try:
             import_reference(sys.argv[1], env="babyai", level="train", source="real")
@@ -337,7 +337,7 @@ def test_clevr_action_999_is_refused_by_every_reader(tmp_path: Path, clevr) -> N
     with pytest.raises(DatasetError, match=r"outside \[0, 40\), first 999 at trajectory 2 step 1") as err:
         import_reference(tmp_path / "bad.npy")
     assert err.value.field == "actions"
-    from imaginejax.data.minari_io import from_minari, to_minari
+    from imaginejax.interop.minari_io import from_minari, to_minari
 
     target = to_minari(bad, "test/clevr-bad-v0", root=tmp_path)  # its Discrete space is widened to 1000
     with pytest.raises(DatasetError, match="value 999") as err:

@@ -1,4 +1,4 @@
-"""Minari interop (imaginejax.data.minari_io): ours → Minari → ours bit-exact, terminations and
+"""Minari interop (imaginejax.interop.minari_io): ours → Minari → ours bit-exact, terminations and
 truncations kept apart as Minari's own API reads them, the environment recoverable, foreign Minari
 datasets importable, corruption and invalid input refused with nothing written."""
 
@@ -18,7 +18,7 @@ from minari.dataset.minari_storage import MinariStorage
 from imaginejax import envs
 from imaginejax.data import DatasetError, TrajectoryDataset
 from imaginejax.data.collect import collect, random_policy
-from imaginejax.data.minari_io import EMBEDDINGS_FILE, from_minari, to_minari
+from imaginejax.interop.minari_io import EMBEDDINGS_FILE, from_minari, to_minari
 
 FIELDS = ("states", "actions", "rewards", "mask", "terminals", "truncations", "instruction_ids", "goals",
           "instruction_embeddings")

@@ -1,4 +1,4 @@
-"""Reference-layout files (imaginejax.data.reference): ours → HDF5 / .npy dict / parquet → ours bit-exact,
+"""Reference-layout files (imaginejax.interop.reference): ours → HDF5 / .npy dict / parquet → ours bit-exact,
 the reference's conventions read correctly (embedding split, masks, terminal defects), and malformed or
 malicious files refused with the field named and nothing written — a pickle that would run code never runs."""
 
@@ -17,7 +17,7 @@ import pytest
 from imaginejax import envs
 from imaginejax.data import DatasetError, TrajectoryDataset, load_dataset
 from imaginejax.data.collect import collect, random_policy
-from imaginejax.data.reference import (
+from imaginejax.interop.reference import (
     export_reference,
     import_reference,
     load_npy,

@@ -6,7 +6,7 @@ when ``root`` is Minari's datasets root (``$MINARI_DATASETS_PATH``, default ``~/
 
 * one Minari episode per trajectory, with its L valid steps: observations (L+1 entries) are
   ``{"state": (L+1, S) float32, "instruction": (L+1,) int}`` — the space of the Gymnasium adapter made
-  with ``embed=False`` (:mod:`imaginejax.envs.gym_adapter`), which is recorded as the dataset's
+  with ``embed=False`` (:mod:`imaginejax.interop.gym_adapter`), which is recorded as the dataset's
   environment spec so ``MinariDataset.recover_environment()`` builds it; actions (L,) / (L, A);
   rewards (L,); **terminations** (L,) = our ``terminals``, **truncations** (L,) = our ``truncations``;
 * per episode, the metadata ``goal`` (G,) and ``instruction_id``;
@@ -29,17 +29,16 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
-import uuid
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
 from imaginejax.data.errors import DatasetError
-from imaginejax.data.reference import check_hdf5_file, load_npy
 from imaginejax.data.types import TrajectoryDataset
 from imaginejax.data.validate import EnvFacts, validate_dataset, validate_for_env
+from imaginejax.files import staged_dir
+from imaginejax.interop.reference import check_hdf5_file, load_npy
 
 __all__ = ["EMBEDDINGS_FILE", "METADATA_KEY", "from_minari", "minari_root", "to_minari"]
 
@@ -97,9 +96,9 @@ def _env_spec(ds: TrajectoryDataset) -> Any:
         return None
     from gymnasium.envs.registration import EnvSpec
 
-    from imaginejax.envs import gym_adapter
+    from imaginejax.interop import gym_adapter
 
-    return EnvSpec(id=gym_adapter.env_id(ds.env, ds.level), entry_point="imaginejax.envs.gym_adapter:ImagineEnv",
+    return EnvSpec(id=gym_adapter.env_id(ds.env, ds.level), entry_point="imaginejax.interop.gym_adapter:ImagineEnv",
                    kwargs={"name": ds.env, "level": ds.level, "embed": False})
 
 
@@ -129,8 +128,6 @@ def to_minari(ds: TrajectoryDataset, dataset_id: str | None = None, *,
     from minari.dataset.minari_dataset import parse_dataset_id
     from minari.dataset.minari_storage import MinariStorage
 
-    from imaginejax.data.io import _commit
-
     dims = validate_dataset(ds)
     dataset_id = dataset_id or f"imaginejax/{ds.env}-{ds.level}-{ds.source}-v0"
     parse_dataset_id(dataset_id)  # raises ValueError for malformed ids
@@ -140,10 +137,7 @@ def to_minari(ds: TrajectoryDataset, dataset_id: str | None = None, *,
         raise FileExistsError(f"{target} already exists; pass overwrite=True to replace the dataset there")
     if os.path.lexists(target) and not (target / "data" / "metadata.json").is_file():
         raise FileExistsError(f"{target} is not a Minari dataset; refusing to replace it")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staged = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex}"
-    staged.mkdir()
-    try:
+    with staged_dir(target, overwrite=overwrite) as staged:
         obs_space, action_space = _spaces(ds, dims.S)
         storage = MinariStorage.new(staged / "data", observation_space=obs_space, action_space=action_space,
                                     env_spec=_env_spec(ds), data_format=data_format, jpeg_encoding=False)
@@ -186,10 +180,6 @@ def to_minari(ds: TrajectoryDataset, dataset_id: str | None = None, *,
             if path.is_file():
                 with open(path, "rb+") as f:
                     os.fsync(f.fileno())
-        _commit(staged, target, overwrite)
-    except BaseException:
-        shutil.rmtree(staged, ignore_errors=True)
-        raise
     return target
 
 
@@ -335,7 +325,7 @@ def from_minari(dataset: Any, *, root: str | os.PathLike[str] | None = None, env
                                "source are unknown", "pass env=, level= and source=", path)
         ids, instructions, embeddings = _foreign_instructions(episodes, obs_space, path)
         goals = np.zeros((n, 0), np.int32)
-        provenance = {"importer": "imaginejax.data.minari_io", "minari_dataset_id": metadata.get("dataset_id"),
+        provenance = {"importer": "imaginejax.interop.minari_io", "minari_dataset_id": metadata.get("dataset_id"),
                       "minari_version": metadata.get("minari_version"), "source_path": str(path)}
     ds = TrajectoryDataset(states=states, actions=actions, rewards=rewards, mask=mask, terminals=terminals,
                            truncations=truncations, instruction_ids=ids, goals=goals, instructions=instructions,

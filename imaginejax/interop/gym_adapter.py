@@ -3,7 +3,7 @@
 For users coming from the reference API (``env = make(...)``, ``obs, info = env.reset()``,
 ``env.step(action)``, ``real, imaginary = env.get_dataset(level)``)::
 
-    from imaginejax.envs import gym_adapter
+    from imaginejax.interop import gym_adapter
     env = gym_adapter.make("clevr", "hard")                 # or gymnasium.make("imaginejax/clevr-hard-v0")
     obs, info = env.reset(seed=0)                           # obs: {"state", "instruction", "embedding"}
     obs, reward, terminated, truncated, info = env.step(env.action_space.sample())
@@ -54,12 +54,13 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from imaginejax import envs as registry
+from imaginejax.lang import encode_instructions
 
 __all__ = ["ImagineEnv", "ImagineVectorEnv", "env_id", "get_dataset", "make", "make_vec", "register_envs"]
 
 InstructionMode = Literal["id", "text"]
-_ENTRY_POINT = "imaginejax.envs.gym_adapter:ImagineEnv"
-_VECTOR_ENTRY_POINT = "imaginejax.envs.gym_adapter:ImagineVectorEnv"
+_ENTRY_POINT = "imaginejax.interop.gym_adapter:ImagineEnv"
+_VECTOR_ENTRY_POINT = "imaginejax.interop.gym_adapter:ImagineVectorEnv"
 
 
 # ------------------------------------------------------------------------------------------ the kernels
@@ -174,7 +175,7 @@ class _Adapter:
     def _setup(self, name: str, level: str, embed: bool, instruction: InstructionMode) -> None:
         _check_mode(instruction)
         self.name, self.level, self.embed, self.instruction_mode = name, level, bool(embed), instruction
-        self.jax_env, self.params = registry.make(name, level, embed=embed)
+        self.jax_env, self.params = registry.make(name, level, embed=encode_instructions if embed else None)
         self.instruction_table: tuple[str, ...] = tuple(self.jax_env.instructions(level))
         self._embeddings = np.asarray(self.params.instruction_embeddings, np.float32)
         self._goals = np.asarray(self.params.goals)
@@ -410,7 +411,7 @@ def get_dataset(name: str, level: str, *, embed: bool = True, data_dir: str | os
       embed: the instruction embeddings of collected data (must match the policy's input).
       data_dir: default ``<cache root>/datasets``.
       layout: ``"reference"`` → dicts of arrays as the reference returns them
-        (:func:`imaginejax.data.reference.reference_arrays`: observations = state ⊕ embedding, masks,
+        (:func:`imaginejax.interop.reference.reference_arrays`: observations = state ⊕ embedding, masks,
         terminals for true terminations only, plus timeouts); ``"imaginejax"`` → :class:`TrajectoryDataset`.
       collect_missing: collect the real data when absent (else FileNotFoundError).
       num_real, seed: size and PRNG seed of a collection.
@@ -422,7 +423,7 @@ def get_dataset(name: str, level: str, *, embed: bool = True, data_dir: str | os
       FileNotFoundError: a needed dataset is missing (the message says how to make it).
     """
     from imaginejax.data import load_dataset, save_dataset
-    from imaginejax.data.reference import reference_arrays
+    from imaginejax.interop.reference import reference_arrays
     from imaginejax.paths import cache_root
 
     level = {"real": "train"}.get(level, level)
@@ -435,7 +436,7 @@ def get_dataset(name: str, level: str, *, embed: bool = True, data_dir: str | os
     elif collect_missing:
         from imaginejax.data.collect import collect
 
-        env, params = registry.make(name, "train", embed=embed)
+        env, params = registry.make(name, "train", embed=encode_instructions if embed else None)
         real = collect(env, params, _collection_expert(name), jax.random.PRNGKey(seed), num_real,
                        source="real", policy_name=f"{name}-expert", progress=False)
         save_dataset(real, real_dir)

@@ -68,11 +68,11 @@ bit-exact (padding is zeros, as everywhere in ImagineJAX).
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import io
 import json
 import os
 import pickle
-import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -83,6 +83,7 @@ from imaginejax.data.errors import DatasetError
 from imaginejax.data.safe_pickle import read_pickle
 from imaginejax.data.types import LEVELS, SOURCES, TrajectoryDataset
 from imaginejax.data.validate import EnvFacts, validate_dataset, validate_for_env
+from imaginejax.files import atomic_path
 
 __all__ = [
     "REFERENCE_FORMATS",
@@ -209,7 +210,7 @@ def _format_of(path: Path, fmt: str | None) -> str:
 
 HDF5_SECONDS = (60.0, 1e-8)
 """Time limit of reading one HDF5 file in the child process: (base, seconds per byte) — 60 s + 10 s/GB."""
-HDF5_READER = Path(__file__).with_name("hdf5_reader.py")
+HDF5_READER = Path(importlib.util.find_spec("imaginejax.data.hdf5_reader").origin)
 """The script the child process runs (:mod:`imaginejax.data.hdf5_reader`)."""
 
 
@@ -695,7 +696,7 @@ def import_reference(
     path = Path(path).expanduser().resolve()
     raw = read_reference_file(path, format=format, trust_pickle=trust_pickle)
     fmt = _format_of(path, format)
-    provenance: dict[str, Any] = {"importer": "imaginejax.data.reference", "source_file": str(path),
+    provenance: dict[str, Any] = {"importer": "imaginejax.interop.reference", "source_file": str(path),
                                   "source_sha256": _sha256(path), "source_format": fmt}
     if side_file is not None:
         side = Path(side_file).expanduser().resolve()
@@ -1031,8 +1032,7 @@ def export_reference(ds: TrajectoryDataset, path: str | os.PathLike[str], *, for
     if target.exists() and not overwrite:
         raise FileExistsError(f"{target} already exists; pass overwrite=True to replace it")
     target.parent.mkdir(parents=True, exist_ok=True)
-    staged = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex}"
-    try:
+    with atomic_path(target) as staged:
         if fmt == "hdf5":
             _write_hdf5(arrays, staged)
         elif fmt == "parquet":
@@ -1040,21 +1040,4 @@ def export_reference(ds: TrajectoryDataset, path: str | os.PathLike[str], *, for
         else:
             with open(staged, "xb") as f:
                 np.save(f, dict(arrays), allow_pickle=True)
-        with open(staged, "rb+") as f:
-            os.fsync(f.fileno())
-        if overwrite:
-            os.replace(staged, target)
-        else:
-            try:
-                os.link(staged, target)  # atomic, and fails if the target appeared meanwhile
-            except FileExistsError:
-                raise FileExistsError(f"{target} appeared while the file was being written; pass "
-                                      "overwrite=True to replace it") from None
-            except OSError:  # a file system without hard links: check, then rename
-                if target.exists():
-                    raise FileExistsError(f"{target} appeared while the file was being written") from None
-                os.replace(staged, target)
-    finally:
-        if staged.exists():
-            staged.unlink()
     return target
