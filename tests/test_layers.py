@@ -1,0 +1,114 @@
+"""Imports run one way: a module may import only from its own layer or the layers below it.
+
+The table below is the layer order of docs/architecture.md. Every module's imports (top-level and
+function-local, parsed with ``ast``, never executed) are checked against it.
+"""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+# Source folder -> the package it installs as (pyproject.toml, package-dir).
+PACKAGE_DIRS = {"imaginejax": "imaginejax", "envs": "imaginejax.envs", "data": "imaginejax.data",
+                "algos": "imaginejax.algos"}
+
+# (rank, layer, module prefixes). A module belongs to the layer of its longest matching prefix; it may
+# import modules of its own rank or lower.
+LAYERS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
+    (0, "core", ("imaginejax", "imaginejax.files", "imaginejax.paths", "imaginejax.progress",
+                 "imaginejax.runlog", "imaginejax.data.types", "imaginejax.data.errors")),
+    (1, "envs", ("imaginejax.envs",)),
+    (2, "lang", ("imaginejax.lang",)),
+    (3, "data", ("imaginejax.data",)),
+    (4, "algos", ("imaginejax.algos",)),
+    (5, "engine", ("imaginejax.engine", "imaginejax.sweep", "imaginejax.checkpoint", "imaginejax.evaluation")),
+    (6, "imaginer", ("imaginejax.imaginer",)),
+    (7, "interop", ("imaginejax.interop",)),
+    # The imaginer's quality study is a command-line driver over bench's data cache, like bench itself.
+    (8, "application", ("imaginejax.cli", "imaginejax.config", "imaginejax.bench", "imaginejax.report",
+                        "imaginejax.figures", "imaginejax.demo", "imaginejax.stats", "imaginejax.results",
+                        "imaginejax.presets", "imaginejax.imaginer.study")),
+)
+
+
+def layer_of(module: str) -> tuple[int, str]:
+    """(rank, layer name) of a dotted module name, by its longest prefix in :data:`LAYERS`."""
+    best: tuple[int, int, str] = (-1, -1, "")
+    for rank, name, prefixes in LAYERS:
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best[0]:
+                best = (len(prefix), rank, name)
+    if best[0] < 0:
+        raise LookupError(f"{module} is in no layer of tests/test_layers.py LAYERS; add its prefix there")
+    return best[1], best[2]
+
+
+def source_modules() -> dict[str, pathlib.Path]:
+    """Dotted module name -> file, for every module of the installed package."""
+    modules = {}
+    for folder, package in PACKAGE_DIRS.items():
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            parts = path.relative_to(ROOT / folder).with_suffix("").parts
+            name = ".".join((package, *parts))
+            modules[name.removesuffix(".__init__")] = path
+    return modules
+
+
+def imported_modules(module: str, path: pathlib.Path, known: set[str]) -> list[tuple[int, str]]:
+    """(line, dotted target) of every ``imaginejax`` import in a file, function-local ones included;
+    ``from package import name`` counts as importing ``package.name`` when that is a module."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([node.module] if node.module else []))
+            for alias in node.names:
+                found.append((node.lineno, f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base))
+    return sorted({(line, target) for line, target in found if target.split(".")[0] == "imaginejax"})
+
+
+def violations() -> list[str]:
+    """Every import against the layer order, as 'file:line: module (layer) imports target (layer)'."""
+    modules = source_modules()
+    found = []
+    for module, path in modules.items():
+        rank, layer = layer_of(module)
+        for line, target in imported_modules(module, path, set(modules)):
+            target_rank, target_layer = layer_of(target)
+            if target_rank > rank:
+                found.append(f"{path.relative_to(ROOT)}:{line}: {module} ({layer}) imports {target} "
+                             f"({target_layer})")
+    return found
+
+
+def test_every_module_has_a_layer():
+    for module in source_modules():
+        layer_of(module)
+
+
+def test_imports_run_one_way():
+    found = violations()
+    assert not found, f"{len(found)} imports against the layer order:\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize("module,target,allowed", [
+    ("imaginejax.envs.clevr.env", "imaginejax.envs.base", True),
+    ("imaginejax.envs.clevr.env", "imaginejax.files", True),
+    ("imaginejax.envs.clevr.env", "imaginejax.lang", False),
+    ("imaginejax.data.io", "imaginejax.envs", True),
+    ("imaginejax.data.types", "imaginejax.envs", False),
+    ("imaginejax.algos.bc", "imaginejax.engine", False),
+    ("imaginejax.imaginer.quality", "imaginejax.bench", False),
+    ("imaginejax.cli", "imaginejax.interop.minari", True),
+])
+def test_layer_order_by_hand(module, target, allowed):
+    assert (layer_of(target)[0] <= layer_of(module)[0]) == allowed
