@@ -61,6 +61,7 @@ from imaginejax.data.collect import Policy, collect
 from imaginejax.data.types import Transitions
 from imaginejax.engine import EngineConfig, make_train
 from imaginejax.files import write_json, write_text
+from imaginejax.lang import encode_instructions
 from imaginejax.paths import cache_root
 from imaginejax.progress import IntervalProgress, MetricSinks
 from imaginejax.report import table
@@ -126,7 +127,7 @@ def expert_dataset(env_name: str, level: str, episodes: int, seed: int, epsilon:
         if not overwrite:
             raise FileExistsError(f"{path} holds a different dataset ({found}); choose another --out or pass "
                                   "--overwrite")
-    env, params = envs.make(env_name, level, embed=embed)
+    env, params = envs.make(env_name, level, embed=encode_instructions if embed else None)
     start = time.perf_counter()
     ds = collect(env, params, expert_policy(env_name, epsilon), jax.random.PRNGKey(seed), episodes,
                  source="real", policy_name=f"{env_name} expert (epsilon {epsilon:g})", provenance=wanted,
@@ -348,7 +349,8 @@ def fingerprint(datasets: Sequence[TrajectoryDataset]) -> str:
 
 def evaluation_levels(config: Config) -> dict[str, tuple[Any, Any]]:
     """Every level of the configured environment: level -> (env, params)."""
-    return {level: envs.make(config.data.env, level, embed=config.data.embed)
+    return {level: envs.make(config.data.env, level,
+                             embed=encode_instructions if config.data.embed else None)
             for level in envs.ENV_LEVELS[config.data.env]}
 
 
