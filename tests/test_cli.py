@@ -429,12 +429,14 @@ def test_static_algorithm_options_reach_the_factory_and_bad_ones_are_named():
     from imaginejax import algos
     from imaginejax.algos.base import Spec
     from imaginejax.algos.combo import ComboConfig
+    from imaginejax.algos.common import DataStats
 
     spec = Spec(state_dim=6, embed_dim=0, discrete=True, action_dim=4)
     # COMBO's model buffer is a compiled shape: 2,000 start states per window × 5 windows kept.
     small = algos.make("combo", spec, config={"rollout_batch": 2000, "dynamics": {"ensemble_size": 6}})
     full = algos.make("combo", spec)
-    rows = lambda algo: jax.eval_shape(lambda k: algo.init(k, spec, algo.default_hp(spec)),
+    stats = DataStats.identity(spec.state_dim)
+    rows = lambda algo: jax.eval_shape(lambda k: algo.init(k, spec, stats, algo.default_hp(spec)),
                                        jax.random.PRNGKey(0)).buffer.valid.shape[0]
     assert rows(small) == 5 * 2000 and rows(full) == 5 * ComboConfig().rollout_batch
     with pytest.raises(ValueError, match=r"config\.rollout_bach does not exist; valid fields of ComboConfig"):
