@@ -189,11 +189,14 @@ def _nested(arrays: dict[str, np.ndarray], path: Path, fix: str) -> dict[str, An
     tree: dict[str, Any] = {}
     for name, value in arrays.items():
         keys = re.findall(r"\['([^']+)'\]", name)
-        if not name.startswith(ACTOR_PREFIX) or not keys or "".join(f"['{k}']" for k in keys) != name[len(ACTOR_PREFIX):]:
+        if not keys or name != ACTOR_PREFIX + "".join(f"['{k}']" for k in keys):
             raise ExpertWeightsError(f"HalfCheetah expert weights {path}: unexpected array {name!r}: {fix}")
         node = tree
         for k in keys[:-1]:
             node = node.setdefault(k, {})
+            if not isinstance(node, dict):
+                raise ExpertWeightsError(f"HalfCheetah expert weights {path}: array {name!r} lies inside another "
+                                         f"array: {fix}")
         node[keys[-1]] = value
     return tree
 
