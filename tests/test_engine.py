@@ -107,3 +107,24 @@ def test_algorithm_registry_builds_by_name_and_refuses_unknown_or_unsupported():
                 with pytest.raises(ValueError, match="action version; for .* actions use: .*bc"):
                     algos.make(name, spec, NET)
     assert "td3bc" in algos.registered(True) and "td3bc" in algos.registered(False)
+
+def test_the_runner_only_loops_the_builders_plan(real, tmp_path):
+    """train() = plan() then run_chunk() per chunk with callbacks: the plan alone, run without any callback
+    (no files, no log), gives bitwise what train() gives with metrics and checkpoints; train()'s callbacks
+    see every interval once."""
+    trainer = _trainer(intervals=2, updates=20)
+    keys = jax.random.split(jax.random.PRNGKey(3), 3)
+    hp = broadcast_runs(BCHyperparams(learning_rate=jnp.float32(1e-3)), 3)
+    lines = []
+    full = trainer.train(keys, hp, real, log=lines.append, runs_per_chunk=2, run_dir=tmp_path,
+                         checkpoint_dir=tmp_path / "ckpt")
+    plan = trainer.plan(keys, hp, real, runs_per_chunk=2, mesh=None)
+    assert [c.runs.tolist() for c in plan.chunks] == [[0, 1], [2]] and [c.padded for c in plan.chunks] == [2, 1]
+    parts = [trainer.run_chunk(plan, chunk) for chunk in plan.chunks]
+    np.testing.assert_array_equal(np.concatenate([p.success["train"] for p in parts], 1), full.success["train"])
+    np.testing.assert_array_equal(np.concatenate([p.metrics["loss"] for p in parts], 1), full.metrics["loss"])
+    for leaf_full, *leaf_parts in zip(*(jax.tree.leaves(s.state.algo.params) for s in [full] + parts)):
+        np.testing.assert_array_equal(np.asarray(leaf_full), np.concatenate([np.asarray(x) for x in leaf_parts]))
+    assert sum("] step " in line for line in lines) == 2 * 2  # 2 chunks × 2 intervals
+    assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 3 * 2
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["chunk-000", "chunk-001"]
