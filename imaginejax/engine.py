@@ -562,9 +562,10 @@ class Trainer:
             found = None
             if resume and checkpoint_dir is not None:
                 found = self.restore(plan, chunk, Path(checkpoint_dir) / f"chunk-{chunk.index:03d}")
+            state, history, path = found or (None, None, None)
             for callback in callbacks:
-                callback.start(chunk, None if found is None else found[1], None if found is None else found[2])
-            outputs.append(self.run_chunk(plan, chunk, callbacks, None if found is None else found[:2]))
+                callback.start(chunk, history, path)
+            outputs.append(self.run_chunk(plan, chunk, callbacks, None if found is None else (state, history)))
         return _concatenate(outputs)
 
 
