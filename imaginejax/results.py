@@ -22,12 +22,15 @@ import dataclasses
 import json
 import os
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
 from imaginejax.files import write_json
 from imaginejax.runlog import MetricsLog
+
+if TYPE_CHECKING:
+    from imaginejax.sweep import SweepResult
 
 SWEEP_FILE = "sweep.json"
 TASK_SUCCESS_FILE = "task_success.json"
@@ -155,9 +158,9 @@ def _floats(values: Any) -> tuple[float, ...]:
 # ---------------------------------------------------------------------------------------------------
 # In memory
 # ---------------------------------------------------------------------------------------------------
-def from_sweep(algo: str, sweep: Any, tasks: Mapping[str, Sequence[str]] | None = None,
+def from_sweep(algo: str, sweep: SweepResult, tasks: Mapping[str, Sequence[str]] | None = None,
                sources: Mapping[str, Mapping[str, Any]] | None = None) -> Results:
-    """The results of a trained sweep (a :class:`~imaginejax.sweep.SweepResult`).
+    """The results of a trained sweep.
 
     Args:
       algo: the algorithm's registry name.
