@@ -1,5 +1,5 @@
 """The run axis on a forced-host mesh: one device, a 2-device mesh and an 8-device mesh give bitwise the
-same sweep (issue 6), with ``EngineConfig.run_block`` fixing the vmapped size so that the per-device
+same sweep, with ``EngineConfig.run_block`` fixing the vmapped size so that the per-device
 arithmetic does not depend on how many runs a device holds. The partitioned compile disables XLA's CSE
 (``engine.COMPILER_OPTIONS``); a control at the end compiles the 2-device interval with XLA's
 defaults and checks that it then differs from the one-device interval (at round-off), so the bitwise
@@ -24,6 +24,7 @@ SCRIPT = textwrap.dedent("""
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
     from imaginejax.algos.base import Spec
     from imaginejax.algos.bc import BCHyperparams, make_bc
+    from imaginejax.algos.common import DataStats
     from imaginejax.algos.networks import NetConfig
     from imaginejax.data.transitions import to_transitions
     import imaginejax.engine as engine
@@ -75,7 +76,8 @@ SCRIPT = textwrap.dedent("""
     for mesh in (None, Mesh(np.asarray(jax.devices()[:2]), ("runs",))):
         init_fn, interval_fn = default._functions(mesh)
         rows = np.tile(np.asarray([0, imag.state.shape[0]], np.int32), (len(ratio), 1))
-        outs.append(jax.tree.leaves(interval_fn(init_fn(keys, hp), hp, ratio, rows, real, imag, default.eval_params)))
+        state = init_fn(keys, hp, DataStats.from_transitions(real))
+        outs.append(jax.tree.leaves(interval_fn(state, hp, ratio, rows, real, imag, default.eval_params)))
     same = all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(*outs))
     close = all(np.allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6) for a, b in zip(*outs))
     print("CONTROL", "same" if same else "differs", "close" if close else "far")
