@@ -7,7 +7,7 @@ Either way it flattens to R runs with a table ``run index -> (seed, hyperparamet
 ``"imaginary/easy"``, ``"oracle/easy"``). :meth:`Sweep.build` turns it into what the engine takes: keys
 (R, 2), the algorithm's hp pytree with a leading R axis, ratios (R,), source indices (R,) into
 :attr:`Sweep.data_names`. Hyperparameters are named by their path in the hp pytree (``learning_rate``,
-``alpha``, ``normalizer.mean`` — nested fields joined by dots); only scalar leaves can be swept, the others
+``alpha``; nested fields would be joined by dots); only scalar leaves can be swept, the others
 are broadcast from the base hp.
 
 Conventions:
