@@ -65,7 +65,7 @@ from imaginejax.lang import encode_instructions
 from imaginejax.paths import cache_root
 from imaginejax.progress import IntervalProgress, MetricSinks
 from imaginejax.report import table
-from imaginejax.results import SOURCES_FILE, Results, from_sweep, save_task_success, task_names
+from imaginejax.results import SOURCES_FILE, Results, TrainedRuns, from_sweep, save_task_success, task_names
 from imaginejax.sweep import Sweep, run_sweep
 
 Log = Callable[[str], None]
@@ -348,10 +348,10 @@ def fingerprint(datasets: Sequence[TrajectoryDataset]) -> str:
 
 
 def evaluation_levels(config: Config) -> dict[str, tuple[Any, Any]]:
-    """Every level of the configured environment: level -> (env, params)."""
+    """The evaluated levels (``train.eval_levels``, default every level of the environment): level -> (env, params)."""
     return {level: envs.make(config.data.env, level,
                              embed=encode_instructions if config.data.embed else None)
-            for level in envs.ENV_LEVELS[config.data.env]}
+            for level in config.train.eval_levels or envs.ENV_LEVELS[config.data.env]}
 
 
 def interface(real: TrajectoryDataset, eval_levels: dict[str, tuple[Any, Any]]) -> Spec:
@@ -415,9 +415,9 @@ def train_algorithm(config: Config, name: str, spec: Spec, eval_levels: dict[str
     """
     t = config.train
     settings = t.algo.get(name)
-    net = NetConfig(encoder_width=t.encoder_width, hidden=tuple(t.hidden)) if t.encoder_width else None
+    net, options = algorithm_shapes(config, name)
     try:
-        algo = algo_registry.make(name, spec, net, **(settings.options if settings is not None else {}))
+        algo = algo_registry.make(name, spec, net, **options)
     except (ValueError, TypeError) as error:
         raise ConfigError(f"train.algo.{name}.options: {error}") from None
     batch_size = settings.batch_size if settings is not None and settings.batch_size else t.batch_size
@@ -461,7 +461,18 @@ def train_algorithm(config: Config, name: str, spec: Spec, eval_levels: dict[str
         sinks.close()
     results = from_sweep(name, result, task_names(eval_levels))
     save_task_success(run_dir, results)
-    return results
+    trained = TrainedRuns(env=config.data.env, spec=spec, net=net, options=options, states=result.result.state.algo,
+                          runs=tuple(range(sweep.num_runs)))
+    return dataclasses.replace(results, trained={name: trained})
+
+
+def algorithm_shapes(config: Config, name: str) -> tuple[NetConfig | None, dict[str, Any]]:
+    """The network (``train.encoder_width`` and ``train.hidden``; None: the algorithm's reference) and the
+    static options (``train.algo.<name>.options``) algorithm ``name`` is built with."""
+    t = config.train
+    settings = t.algo.get(name)
+    net = NetConfig(encoder_width=t.encoder_width, hidden=tuple(t.hidden)) if t.encoder_width else None
+    return net, dict(settings.options) if settings is not None else {}
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -472,7 +483,8 @@ WORKSPACE_FILE = "workspace.json"
 
 def _results_key(config: Config) -> dict[str, Any]:
     key = config.results_key()
-    key["train"] = {k: v for k, v in key["train"].items() if k != "algos"}
+    # An empty train.eval_levels (every level) stays out of the key, so it equals a key without that field.
+    key["train"] = {k: v for k, v in key["train"].items() if k != "algos" and (k != "eval_levels" or v)}
     return key
 
 
@@ -564,7 +576,7 @@ def train(config: Config, out: str | Path, *, real_paths: Sequence[str | Path] =
     check_data(out, real, imag)
     eval_levels = evaluation_levels(config)
     spec = interface(real[0], eval_levels)
-    facts = EnvFacts.of(eval_levels["train"][0])
+    facts = EnvFacts.of(next(iter(eval_levels.values()))[0])
     for ds in list(real) + imag:  # before anything compiles: actions, states, widths against the environment
         try:
             validate_for_env(ds, facts, embed_dim=spec.embed_dim)

@@ -118,6 +118,7 @@ class TrainConfig:
     batch_size: int = _field(256, "transitions per gradient update")
     updates: int = _field(10000, "gradient updates per run")
     intervals: int = _field(10, "evaluations (and checkpoints) during training; divides train.updates")
+    eval_levels: tuple[str, ...] = _field((), "levels evaluated after every interval ([] = every level of data.env)")
     eval_episodes: int = _field(100, "episodes per level per evaluation, rounded up to a multiple of the level's "
                                      "task count (every task evaluated equally often)")
     encoder_width: int = _field(0, "width of the two tanh language-encoder layers; 0 = each algorithm's "
@@ -430,6 +431,10 @@ def validate(config: Config) -> None:
     from imaginejax.envs import ENV_LEVELS
 
     novel = [lv for lv in ENV_LEVELS[data.env] if lv != "train"]
+    for level in train.eval_levels:
+        if level not in ENV_LEVELS[data.env]:
+            raise ConfigError(f"train.eval_levels: {level!r} is not a level of {data.env}; valid: "
+                              f"{', '.join(ENV_LEVELS[data.env])}")
     for level in imagine.levels:
         if level not in novel:
             raise ConfigError(f"imagine.levels: {level!r} is not a novel level of {data.env}; valid: {', '.join(novel)}")

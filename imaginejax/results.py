@@ -30,6 +30,9 @@ from imaginejax.files import write_json
 from imaginejax.runlog import MetricsLog
 
 if TYPE_CHECKING:
+    from imaginejax.algos.base import Spec
+    from imaginejax.algos.networks import NetConfig
+    from imaginejax.policy import Policy
     from imaginejax.sweep import SweepResult
 
 SWEEP_FILE = "sweep.json"
@@ -86,6 +89,31 @@ class Group:
 
 
 @dataclasses.dataclass(frozen=True)
+class TrainedRuns:
+    """The trained states of one algorithm's runs, with what rebuilds its algorithm record.
+
+    Attributes:
+      env: environment registry name.
+      spec, net, options: the algorithm's interface, network (None: reference) and static options.
+      states: the algorithm states with a leading axis over ``runs``.
+      runs: the global run index of each row of ``states``.
+      source: where they come from (``"memory"`` or a checkpoint path).
+    """
+
+    env: str
+    spec: Spec
+    net: NetConfig | None
+    options: dict[str, Any]
+    states: Any
+    runs: tuple[int, ...]
+    source: str = "memory"
+
+    def row(self, run: int) -> int:
+        """The row of ``states`` that holds global run ``run``."""
+        return self.runs.index(run)
+
+
+@dataclasses.dataclass(frozen=True)
 class Results:
     """Every run of one or more sweeps.
 
@@ -95,6 +123,8 @@ class Results:
       tasks: level -> each task's first instruction (empty when not recorded).
       sweeps: algorithm -> its ``sweep.json`` record without the run table (plan, engine settings, ...).
       sources: data source name (``"imaginary/easy"``) -> its summary (trajectories, quality, filters).
+      trained: algorithm -> its :class:`TrainedRuns` (in memory) or its sweep directory (read from the
+        final checkpoint when a policy is asked for); not part of equality.
     """
 
     runs: tuple[Run, ...]
@@ -102,6 +132,27 @@ class Results:
     tasks: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
     sweeps: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
     sources: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    trained: dict[str, TrainedRuns | Path] = dataclasses.field(default_factory=dict, compare=False, repr=False)
+
+    def policy(self, algo: str | None = None, seed: int | None = None, ratio: float | None = None,
+               data: str | None = None, hp: Mapping[str, float] | None = None) -> Policy:
+        """The trained policy of the one run matching the given fields (:func:`imaginejax.policy.from_results`)."""
+        from imaginejax.policy import from_results
+
+        return from_results(self, algo=algo, seed=seed, ratio=ratio, data=data, hp=hp)
+
+    def table(self, statistic: str = "iqm", reps: int = 2000, seed: int = 0, last: int = 5) -> str:
+        """The markdown results table (:func:`imaginejax.report.table`)."""
+        from imaginejax.report import table
+
+        return table(self, statistic, reps, seed, last)
+
+    def curves(self, statistic: str = "iqm", reps: int = 2000, seed: int = 0) -> list[dict[str, Any]]:
+        """Learning curves: per group, level and evaluation the point estimate over seeds and its 95 %
+        interval (:func:`imaginejax.figures.curve_rows`; :func:`imaginejax.figures.write_figures` plots them)."""
+        from imaginejax.figures import curve_rows
+
+        return curve_rows(self.groups(), self.levels, statistic, reps, seed)
 
     def groups(self) -> list[Group]:
         """Groups of finite runs in sweep order, then configuration order (empty groups dropped)."""
@@ -131,7 +182,7 @@ class Results:
                              "separately")
         return Results(runs=self.runs + other.runs, levels=self.levels or other.levels,
                        tasks={**self.tasks, **other.tasks}, sweeps={**self.sweeps, **other.sweeps},
-                       sources={**self.sources, **other.sources})
+                       sources={**self.sources, **other.sources}, trained={**self.trained, **other.trained})
 
 
 def _hp_labels(runs: Sequence[Run]) -> dict[int, str]:
@@ -256,7 +307,8 @@ def _load_one(sweep_dir: Path) -> Results:
                                                for lv, v in saved["levels"].items()},
             finite=bool(mine[-1]["finite"])))
     return Results(runs=tuple(runs), levels=levels,
-                   tasks={lv: tuple(v["tasks"]) for lv, v in saved["levels"].items()}, sweeps={algo: record})
+                   tasks={lv: tuple(v["tasks"]) for lv, v in saved["levels"].items()}, sweeps={algo: record},
+                   trained={algo: sweep_dir})
 
 
 def load_sweep(path: str | os.PathLike[str]) -> Results:

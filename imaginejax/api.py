@@ -1,0 +1,148 @@
+"""``fit()``: train from Python in one call, on the path of ``imaginejax train``.
+
+    from imaginejax import fit
+    results = fit("bc", env="clevr", real=["data/clevr-train-real"], seeds=3, updates=2000)
+    print(results.table())
+    policy = results.policy(seed=0)
+
+The arguments become a :class:`~imaginejax.config.Config` (a preset, then the arguments, then
+``overrides`` as ``--set`` strings), checked like the command line's, and :func:`imaginejax.bench.train`
+runs the sweep in a workspace: ``out``, or a temporary directory removed afterwards (the trained states
+stay in the returned :class:`~imaginejax.results.Results`).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from imaginejax import algos as algo_registry
+from imaginejax.config import Config, ConfigError, apply_override, from_dict, read_preset, validate
+from imaginejax.data import TrajectoryDataset, save_dataset
+from imaginejax.results import Results
+
+DataArg = str | os.PathLike[str] | TrajectoryDataset
+# fit's argument -> the configuration field it sets (an error about the field names the argument).
+ARGUMENTS = {"algo": "train.algos", "env": "data.env", "seeds": "train.seeds", "ratios": "train.ratios",
+             "updates": "train.updates", "intervals": "train.intervals", "batch_size": "train.batch_size",
+             "eval_levels": "train.eval_levels", "eval_episodes": "train.eval_episodes"}
+
+
+def _hp_section(hp: Mapping[str, Any], names: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """``hp`` -> ``train.algo.<name>`` tables: fixed values under ``hp``, lists under ``sweep``. Keyed by
+    algorithm names it is per algorithm, else it applies to every algorithm of ``names``."""
+    per_algo = all(k in algo_registry.registered() for k in hp) and bool(hp)
+    tables = {}
+    for name in names:
+        mine = dict(hp.get(name, {})) if per_algo else dict(hp)
+        fixed = {k: v for k, v in mine.items() if not isinstance(v, (list, tuple))}
+        swept = {k: list(v) for k, v in mine.items() if isinstance(v, (list, tuple))}
+        tables[name] = {"hp": fixed, "sweep": swept}
+    return tables
+
+
+def _paths(datasets: DataArg | Sequence[DataArg] | None, kind: str, folder: Path) -> list[Path]:
+    """Dataset directories: paths as given, datasets in memory saved under ``folder`` first."""
+    if datasets is None:
+        return []
+    items = [datasets] if isinstance(datasets, (str, os.PathLike, TrajectoryDataset)) else list(datasets)
+    out = []
+    for i, item in enumerate(items):
+        if isinstance(item, TrajectoryDataset):
+            out.append(save_dataset(item, folder / f"{kind}-{i}", overwrite=True))
+        elif isinstance(item, (str, os.PathLike)):
+            if not (Path(item) / "manifest.json").is_file():
+                raise ConfigError(f"{kind}: {item} is not a dataset directory (no manifest.json): pass directories "
+                                  "written by imaginejax collect / save_dataset, or TrajectoryDataset objects")
+            out.append(Path(item))
+        else:
+            raise ConfigError(f"{kind}: expected dataset directories or TrajectoryDataset objects, got "
+                              f"{type(item).__name__}")
+    return out
+
+
+def configure(algo: str | Sequence[str], env: str, *, imaginary: bool, seeds: int, ratios: Sequence[float] | None,
+              hp: Mapping[str, Any] | None, updates: int, intervals: int, batch_size: int,
+              eval_levels: Sequence[str] | None, eval_episodes: int, preset: str | None,
+              overrides: Sequence[str]) -> Config:
+    """The configuration :func:`fit` trains with (``imaginary``: imaginary datasets are given).
+
+    Raises:
+      ConfigError: naming fit's argument (or the ``overrides`` key) and the fix.
+    """
+    names = [algo] if isinstance(algo, str) else list(algo)
+    raw: dict[str, Any] = read_preset(preset) if preset else {}
+    raw.setdefault("name", Path(preset).stem if preset else "fit")
+    raw.setdefault("data", {})["env"] = env
+    raw.setdefault("imagine", {})["source"] = "imaginer" if imaginary else "none"
+    train = raw.setdefault("train", {})
+    train.update({"algos": names, "seeds": seeds, "updates": updates, "intervals": intervals,
+                  "batch_size": batch_size, "eval_episodes": eval_episodes,
+                  "eval_levels": list(eval_levels or ()),
+                  "ratios": list(ratios) if ratios is not None else ([0.5] if imaginary else [0.0]),
+                  "conditions": ["real", "imaginary"] if imaginary else ["real"]})
+    if hp:
+        for name, table in _hp_section(hp, names).items():
+            current = train.setdefault("algo", {}).setdefault(name, {})
+            current.setdefault("hp", {}).update(table["hp"])
+            current.setdefault("sweep", {}).update(table["sweep"])
+    try:
+        for assignment in overrides:
+            raw = apply_override(raw, assignment)
+        config = from_dict(Config, raw)
+        validate(config)
+    except ConfigError as error:
+        message = str(error)
+        for argument, field in ARGUMENTS.items():
+            message = message.replace(field, f"{argument} ({field})")
+        message = message.replace("train.algo.", "hp of ")
+        raise ConfigError(f"fit(): {message}") from None
+    return config
+
+
+def fit(algo: str | Sequence[str] = "bc", env: str = "clevr",
+        real: DataArg | Sequence[DataArg] | None = None, imaginary: DataArg | Sequence[DataArg] | None = None, *,
+        seeds: int = 1, ratios: Sequence[float] | None = None, hp: Mapping[str, Any] | None = None,
+        updates: int = 1000, intervals: int = 4, batch_size: int = 256, eval_levels: Sequence[str] | None = None,
+        eval_episodes: int = 40, preset: str | None = None, overrides: Sequence[str] = (),
+        out: str | os.PathLike[str] | None = None, log: Callable[[str], None] | None = None) -> Results:
+    """Trains ``algo`` (one name or several) on ``env`` and returns every run.
+
+    Args:
+      algo: algorithm registry name(s) (``imaginejax.algos.registered()``).
+      env: environment registry name.
+      real: real dataset directories or :class:`~imaginejax.data.TrajectoryDataset` objects (None: the
+        configuration's expert data, collected once and cached).
+      imaginary: imaginary datasets of novel levels, mixed into the real data at ``ratios`` (None: real only).
+      seeds: seeds 0 .. n-1 per configuration.
+      ratios: imaginary fraction of each batch (default 0.5 with imaginary data, else 0).
+      hp: hyperparameter -> value (fixed) or list of values (swept); keyed by algorithm name for several.
+      updates, intervals: gradient updates per run, evaluations during training (intervals divides updates).
+      batch_size: transitions per update.
+      eval_levels: levels evaluated after every interval (None: every level).
+      eval_episodes: episodes per level per evaluation (rounded up to whole rounds of the level's tasks).
+      preset: a preset of ``experiments/presets`` under the arguments (network widths, per-algorithm hp).
+      overrides: ``"key=value"`` strings on top, as ``--set`` of the command line.
+      out: the workspace (kept, resumable); None: a temporary one.
+      log: message sink (default: stderr).
+
+    Returns:
+      The :class:`~imaginejax.results.Results`: ``.table()``, ``.curves()``, ``.policy(algo=, seed=, ...)``.
+
+    Raises:
+      ConfigError: an argument is invalid (named with the fix).
+    """
+    from imaginejax import bench
+
+    config = configure(algo, env, imaginary=imaginary is not None, seeds=seeds, ratios=ratios, hp=hp,
+                       updates=updates, intervals=intervals, batch_size=batch_size, eval_levels=eval_levels,
+                       eval_episodes=eval_episodes, preset=preset, overrides=overrides)
+    with tempfile.TemporaryDirectory(prefix="imaginejax-fit-") as scratch:
+        workspace = Path(out) if out is not None else Path(scratch)
+        real_paths = _paths(real, "real", workspace / "data")
+        imaginary_paths = _paths(imaginary, "imaginary", workspace / "data")
+        outcome = bench.train(config, workspace, real_paths=real_paths, imaginary_paths=imaginary_paths,
+                              log=log or bench.log_stderr)
+    return outcome.results

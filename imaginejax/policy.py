@@ -1,0 +1,465 @@
+"""A trained policy to take away: one run's acting parameters, saved, loaded and run anywhere.
+
+    policy = results.policy(algo="bc", seed=0)       # results of fit(), bench.train or load_sweep(workspace)
+    policy.save("policy/")                           # policy.safetensors + policy.json
+    policy = Policy.load("policy/")
+    actions = policy.predict(obs)                    # obs (B, S+E) -> (B,) int32 or (B, A) float32
+    actions = policy.act(states, "push the red ball to the left of the blue ball")
+    action = policy(gym_observation)                 # a dict of imaginejax.interop.gym_adapter
+
+Only what ``act`` reads is kept: tracing ``algo.act(state, obs, key, hp, deterministic=True)`` to a
+jaxpr and walking it back from the actions marks the leaves of (state, hp) it depends on — the acting
+network and, where the algorithm normalises, the state statistics. Loading rebuilds the rest of the state
+as zeros, which ``act`` never reads, so actions are bitwise those of the trained state.
+
+On disk: ``policy.safetensors`` (those leaves by pytree path) and ``policy.json`` (algorithm, static
+options, network, :class:`~imaginejax.algos.base.Spec`, sentence encoder, environment, provenance, the
+tensors' SHA-256). :meth:`Policy.load` checks the record, the checksum, and every tensor's name, shape
+and dtype against the algorithm's own state; nothing is unpickled or executed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+import jax
+import jax.extend.core as jex
+import jax.numpy as jnp
+import numpy as np
+import safetensors.numpy
+
+from imaginejax import __version__
+from imaginejax import algos as algo_registry
+from imaginejax.algos.base import Algorithm, Spec
+from imaginejax.algos.common import DataStats
+from imaginejax.algos.networks import NetConfig
+from imaginejax.files import write_bytes, write_json
+
+if TYPE_CHECKING:
+    from imaginejax.evaluation import EvalResult
+    from imaginejax.results import Results, TrainedRuns
+
+PyTree = Any
+FORMAT = "imaginejax-policy"
+VERSION = 1
+TENSORS_FILE = "policy.safetensors"
+RECORD_FILE = "policy.json"
+
+
+class PolicyError(ValueError):
+    """A policy that cannot be built or loaded: missing, damaged, or not what its record says."""
+
+
+# ---------------------------------------------------------------------------------------------------
+# What act reads
+# ---------------------------------------------------------------------------------------------------
+def template(algo: Algorithm, spec: Spec) -> tuple[PyTree, PyTree]:
+    """Shapes and dtypes of one run's (state, hp), without computing anything."""
+    hp = algo.default_hp(spec)
+    state = jax.eval_shape(lambda key, stats, h: algo.init(key, spec, stats, h), jax.random.PRNGKey(0),
+                           DataStats.identity(spec.state_dim), hp)
+    return state, jax.eval_shape(lambda: hp)
+
+
+def named_leaves(tree: PyTree, prefix: str) -> dict[str, Any]:
+    """{prefix + pytree path: leaf}, the names of the tensors file."""
+    return {prefix + jax.tree_util.keystr(path): leaf for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]}
+
+
+def acting_names(algo: Algorithm, spec: Spec) -> tuple[str, ...]:
+    """Names (``state...`` / ``hp...``) of the leaves that ``act`` depends on.
+
+    Dependency is read off the jaxpr of ``act`` over (state, hp): a variable is needed when an equation
+    that produces a needed variable reads it, starting from the actions. Nested calls count as a whole.
+    """
+    state, hp = template(algo, spec)
+    obs = jnp.zeros((1, spec.obs_dim), jnp.float32)
+    closed = jax.make_jaxpr(lambda s, h: algo.act(s, obs, jax.random.PRNGKey(0), h, True))(state, hp)
+    graph = closed.jaxpr
+    needed = {v for v in graph.outvars if isinstance(v, jex.Var)}
+    for eqn in reversed(graph.eqns):
+        if any(v in needed for v in eqn.outvars):
+            needed.update(v for v in eqn.invars if isinstance(v, jex.Var))
+    names = list(named_leaves(state, "state")) + list(named_leaves(hp, "hp"))
+    return tuple(name for name, var in zip(names, graph.invars) if var in needed)
+
+
+def encoder_record(embed_dim: int) -> dict[str, Any] | None:
+    """The sentence encoder of the instruction embeddings (None when E = 0): model name, width, the
+    fingerprint of its weights and tokenizer, L2-normalised."""
+    if embed_dim == 0:
+        return None
+    from imaginejax.lang import default_encoder
+
+    encoder = default_encoder()
+    return {"model": encoder.model_id, "dim": int(encoder.dim), "fingerprint": encoder.fingerprint, "normalize": True}
+
+
+# ---------------------------------------------------------------------------------------------------
+# The policy
+# ---------------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True, eq=False)
+class Policy:
+    """One trained run's acting parameters and everything needed to run them.
+
+    Attributes:
+      algo: algorithm registry name.
+      spec: the environment interface it was trained for.
+      net: its network shapes (None: the algorithm's reference network).
+      options: static options of the algorithm's factory.
+      env: environment registry name.
+      encoder: the sentence encoder of its instruction embeddings (:func:`encoder_record`), None for E = 0.
+      provenance: where it comes from (run, seed, ratio, data, hp, steps, last success, source).
+      tensors: name -> array of every leaf ``act`` reads (:func:`acting_names`).
+    """
+
+    algo: str
+    spec: Spec
+    net: NetConfig | None
+    options: dict[str, Any]
+    env: str
+    encoder: dict[str, Any] | None
+    provenance: dict[str, Any]
+    tensors: dict[str, np.ndarray]
+
+    @classmethod
+    def from_state(cls, algo: str, spec: Spec, net: NetConfig | None, options: Mapping[str, Any], env: str,
+                   state: PyTree, hp: PyTree, provenance: Mapping[str, Any]) -> "Policy":
+        """The policy of a trained ``state`` with hyperparameters ``hp`` (one run, no run axis)."""
+        record = algo_registry.make(algo, spec, net, **options)
+        arrays = {**named_leaves(state, "state"), **named_leaves(hp, "hp")}
+        tensors = {name: np.asarray(arrays[name]) for name in acting_names(record, spec)}
+        return cls(algo=algo, spec=spec, net=net, options=dict(options), env=env,
+                   encoder=encoder_record(spec.embed_dim), provenance=dict(provenance), tensors=tensors)
+
+    # -- running it ----------------------------------------------------------------------------
+    @functools.cached_property
+    def algorithm(self) -> Algorithm:
+        """The algorithm record (pure functions) this policy acts with."""
+        return algo_registry.make(self.algo, self.spec, self.net, **self.options)
+
+    @functools.cached_property
+    def state(self) -> tuple[PyTree, PyTree]:
+        """(state, hp) of one run: the stored leaves, zeros where ``act`` reads nothing."""
+        state, hp = template(self.algorithm, self.spec)
+        fill = lambda prefix, tree: jax.tree_util.tree_unflatten(
+            jax.tree.structure(tree), [jnp.asarray(self.tensors[name]) if name in self.tensors
+                                       else jnp.zeros(leaf.shape, leaf.dtype)
+                                       for name, leaf in named_leaves(tree, prefix).items()])
+        return fill("state", state), fill("hp", hp)
+
+    @functools.cached_property
+    def _predict(self) -> Any:
+        act = self.algorithm.act
+        return jax.jit(lambda state, hp, obs: act(state, obs, jax.random.PRNGKey(0), hp, True))
+
+    def policy_fn(self) -> Any:
+        """``(obs (B, S+E), key) -> actions``, deterministic, for :func:`imaginejax.evaluation.evaluate`."""
+        state, hp = self.state
+        act = self.algorithm.act
+        return lambda obs, key: act(state, obs, key, hp, True)
+
+    def predict(self, obs: Any) -> np.ndarray:
+        """Deterministic actions, jitted: obs (B, S+E) -> (B,) int32 (discrete) or (B, A) float32."""
+        obs = np.asarray(obs, np.float32)
+        if obs.ndim != 2 or obs.shape[1] != self.spec.obs_dim:
+            raise ValueError(f"predict takes observations (B, S+E) = (B, {self.spec.obs_dim}) (state {self.spec.state_dim} "
+                             f"⊕ embedding {self.spec.embed_dim}), got {list(obs.shape)}")
+        return np.asarray(self._predict(*self.state, obs))
+
+    def embed(self, instructions: str | Sequence[str]) -> np.ndarray:
+        """Instruction string(s) -> (M, E) with the encoder recorded at training.
+
+        Raises:
+          PolicyError: the installed encoder is not the one the policy was trained with.
+        """
+        texts = [instructions] if isinstance(instructions, str) else list(instructions)
+        if self.encoder is None:
+            raise PolicyError(f"this {self.algo} policy takes no instruction (trained with E = 0): call "
+                              "act(states) or predict(states)")
+        from imaginejax.lang import default_encoder, encode_instructions
+
+        found = default_encoder()
+        if found.fingerprint != self.encoder["fingerprint"]:
+            raise PolicyError(f"the policy was trained with the {self.encoder['model']} encoder of fingerprint "
+                              f"{self.encoder['fingerprint'][:16]}…, the installed {found.model_id} has "
+                              f"{found.fingerprint[:16]}…: install the same encoder weights")
+        return encode_instructions(texts, normalize=bool(self.encoder["normalize"]))
+
+    def act(self, states: Any, instruction: str | Sequence[str] | None = None) -> np.ndarray:
+        """Actions for states (B, S) (or one state (S,)) given one instruction for all or one per row."""
+        states = np.asarray(states, np.float32)
+        single = states.ndim == 1
+        states = np.atleast_2d(states)
+        if instruction is None:
+            if self.spec.embed_dim:
+                raise PolicyError("this policy is conditioned on an instruction: act(states, instruction)")
+            embedding = np.zeros((states.shape[0], 0), np.float32)
+        else:
+            embedding = self.embed(instruction)
+            if embedding.shape[0] not in (1, states.shape[0]):
+                raise ValueError(f"{embedding.shape[0]} instructions for {states.shape[0]} states: give one, or one per state")
+            embedding = np.broadcast_to(embedding, (states.shape[0], embedding.shape[1]))
+        actions = self.predict(np.concatenate([states, embedding], axis=1))
+        return actions[0] if single else actions
+
+    def __call__(self, observation: Mapping[str, Any]) -> np.ndarray:
+        """The action of a Gymnasium observation of :mod:`imaginejax.interop.gym_adapter` (one
+        environment's dict, or a vector environment's batched dict): ``state`` ⊕ ``embedding`` (or the
+        ``instruction`` text embedded when the environment gives no embedding)."""
+        states = np.asarray(observation["state"], np.float32)
+        single = states.ndim == 1
+        states = np.atleast_2d(states)
+        if self.spec.embed_dim and "embedding" in observation:
+            embedding = np.atleast_2d(np.asarray(observation["embedding"], np.float32))
+        elif self.spec.embed_dim:
+            text = observation["instruction"]
+            if not all(isinstance(t, str) for t in ([text] if isinstance(text, str) else text)):
+                raise PolicyError("the observation has neither an embedding nor an instruction text: make the "
+                                  "environment with embed=True or instruction='text'")
+            embedding = self.embed(text)
+        else:
+            embedding = np.zeros((states.shape[0], 0), np.float32)
+        actions = self.predict(np.concatenate([states, embedding], axis=1))
+        return actions[0] if single else actions
+
+    # -- evaluating it ---------------------------------------------------------------------------
+    def evaluate(self, level: str, episodes: int, seed: int = 0) -> "EvalResult":
+        """Success of this policy on ``level`` of its environment through the jitted evaluation of
+        training (:func:`imaginejax.evaluation.evaluate`, every task equally often, key ``PRNGKey(seed)``)."""
+        from imaginejax import envs
+        from imaginejax.evaluation import evaluate
+
+        env, params = envs.make(self.env, level, embed=self._encoder_fn())
+        run = jax.jit(lambda key: evaluate(self.policy_fn(), env, params, key, episodes))
+        return jax.device_get(run(jax.random.PRNGKey(seed)))
+
+    def _encoder_fn(self) -> Any:
+        if self.encoder is None:
+            return None
+        return lambda texts: self.embed(list(texts))
+
+    # -- files -----------------------------------------------------------------------------------
+    def record(self, checksum: str) -> dict[str, Any]:
+        """The JSON record of :meth:`save`."""
+        return {"format": FORMAT, "version": VERSION, "algo": self.algo, "options": self.options,
+                "net": None if self.net is None else dataclasses.asdict(self.net),
+                "spec": dataclasses.asdict(self.spec), "encoder": self.encoder, "env": self.env,
+                "provenance": self.provenance, "imaginejax": __version__,
+                "tensors": {name: {"dtype": str(a.dtype), "shape": list(a.shape)} for name, a in self.tensors.items()},
+                "sha256": checksum}
+
+    def save(self, directory: str | os.PathLike[str]) -> Path:
+        """``directory/policy.safetensors`` and ``directory/policy.json`` (each written atomically)."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        data = safetensors.numpy.save({name: np.ascontiguousarray(a) for name, a in self.tensors.items()})
+        write_bytes(directory / TENSORS_FILE, data)
+        write_json(directory / RECORD_FILE, self.record(hashlib.sha256(data).hexdigest()))
+        return directory
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike[str]) -> "Policy":
+        """The policy saved in ``directory`` by :meth:`save`.
+
+        Raises:
+          PolicyError: a file is missing, unreadable, damaged (checksum) or disagrees with its record or
+            with the algorithm's state (names, shapes, dtypes), or a value is not finite.
+        """
+        directory = Path(directory)
+        record_path, tensors_path = directory / RECORD_FILE, directory / TENSORS_FILE
+        for path in (record_path, tensors_path):
+            if not path.is_file():
+                raise PolicyError(f"{path} is missing: {directory} is not a policy directory (write one with "
+                                  "imaginejax export or Policy.save)")
+        try:
+            record = json.loads(record_path.read_text())
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError) as error:
+            raise PolicyError(f"{record_path} is not valid JSON ({error}): export the policy again") from None
+        if not isinstance(record, dict) or record.get("format") != FORMAT:
+            raise PolicyError(f"{record_path} is not an ImagineJAX policy record (format {FORMAT!r} expected)")
+        if record.get("version") != VERSION:
+            raise PolicyError(f"{record_path} is policy format version {record.get('version')!r}; this code reads "
+                              f"version {VERSION}: export it again with this version")
+        data = tensors_path.read_bytes()
+        if hashlib.sha256(data).hexdigest() != record.get("sha256"):
+            raise PolicyError(f"{tensors_path} does not match the SHA-256 in {record_path}: the file was damaged or "
+                              "replaced; export the policy again")
+        try:
+            spec = Spec(**record["spec"])
+            net = None if record["net"] is None else NetConfig(**{k: tuple(v) if isinstance(v, list) else v
+                                                                 for k, v in record["net"].items()})
+            policy = cls(algo=str(record["algo"]), spec=spec, net=net, options=dict(record["options"]),
+                         env=str(record["env"]), encoder=record["encoder"], provenance=dict(record["provenance"]),
+                         tensors={})
+            algorithm = policy.algorithm
+        except (KeyError, TypeError, ValueError, AttributeError) as error:
+            raise PolicyError(f"{record_path} does not describe a policy this code can build ({type(error).__name__}: "
+                              f"{error}): export it again") from None
+        try:
+            tensors = safetensors.numpy.load(data)
+        except Exception as error:  # safetensors reports a malformed header as its own error types
+            raise PolicyError(f"{tensors_path} is not a readable safetensors file ({error})") from None
+        state, hp = template(algorithm, spec)
+        expected = {**named_leaves(state, "state"), **named_leaves(hp, "hp")}
+        wanted = acting_names(algorithm, spec)
+        if sorted(tensors) != sorted(wanted):
+            missing, extra = sorted(set(wanted) - set(tensors)), sorted(set(tensors) - set(wanted))
+            raise PolicyError(f"{tensors_path} does not hold what a {policy.algo} policy for {spec} acts with "
+                              f"(missing {missing[:3]}, unexpected {extra[:3]}): export it again")
+        for name, value in tensors.items():
+            leaf = expected[name]
+            if value.shape != tuple(leaf.shape) or value.dtype != leaf.dtype:
+                raise PolicyError(f"{tensors_path}: {name} is {value.dtype}{list(value.shape)} but the recorded "
+                                  f"{policy.algo} network needs {leaf.dtype}{list(leaf.shape)}")
+            if np.issubdtype(value.dtype, np.inexact) and not np.all(np.isfinite(value)):
+                raise PolicyError(f"{tensors_path}: {name} holds non-finite values")
+        return dataclasses.replace(policy, tensors=tensors)
+
+
+# ---------------------------------------------------------------------------------------------------
+# In the Gymnasium adapter
+# ---------------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class GymEvaluation:
+    """Episodes of a policy in :class:`~imaginejax.interop.gym_adapter.ImagineVectorEnv`.
+
+    Attributes:
+      success: (N,) bool, whether episode i (task ``i mod K``) succeeded.
+      tasks: (N,) its task.
+      task_success: (K,) success rate per task.
+    """
+
+    success: np.ndarray
+    tasks: np.ndarray
+    task_success: np.ndarray
+
+    @property
+    def success_rate(self) -> float:
+        """Fraction of successful episodes."""
+        return float(self.success.mean())
+
+
+def evaluate_gym(policy: Policy, level: str, episodes: int, seed: int = 0) -> GymEvaluation:
+    """Runs N episodes of ``policy`` in a Gymnasium vector environment of its environment (N rounded up
+    to a multiple of the level's K tasks; episode i runs task ``i mod K``; reset with ``seed``: row i
+    starts from ``PRNGKey(seed + i)``), each to its first end (success or the step cap)."""
+    from imaginejax.evaluation import episodes_per_level
+    from imaginejax.interop.gym_adapter import make_vec
+
+    env = make_vec(policy.env, level, num_envs=1, embed=policy.spec.embed_dim > 0)
+    num_tasks = int(env.params.num_tasks)
+    n = episodes_per_level(episodes, num_tasks)
+    env = make_vec(policy.env, level, num_envs=n, embed=policy.spec.embed_dim > 0)
+    tasks = np.arange(n) % num_tasks
+    obs, _ = env.reset(seed=seed, options={"task": tasks})
+    success, done = np.zeros(n, bool), np.zeros(n, bool)
+    for _ in range(int(env.params.max_steps)):
+        obs, _, terminated, truncated, _ = env.step(policy(obs))
+        success |= terminated & ~done
+        done |= terminated | truncated
+        if done.all():
+            break
+    env.close()
+    per_task = np.bincount(tasks, weights=success, minlength=num_tasks) / np.bincount(tasks, minlength=num_tasks)
+    return GymEvaluation(success=success, tasks=tasks, task_success=per_task)
+
+
+# ---------------------------------------------------------------------------------------------------
+# From a result: in memory or a workspace on disk
+# ---------------------------------------------------------------------------------------------------
+def from_results(results: "Results", algo: str | None = None, seed: int | None = None, ratio: float | None = None,
+                 data: str | None = None, hp: Mapping[str, float] | None = None) -> Policy:
+    """The policy of the one run of ``results`` that matches every given field.
+
+    Raises:
+      PolicyError: no run or several runs match (the message lists the choices), or the result holds no
+        trained states for the algorithm.
+    """
+    runs = [r for r in results.runs
+            if (algo is None or r.algo == algo) and (seed is None or r.seed == seed)
+            and (ratio is None or r.ratio == float(ratio)) and (data is None or r.data == data)
+            and (hp is None or all(r.hp.get(k) == float(v) for k, v in hp.items()))]
+    if len(runs) != 1:
+        asked = ", ".join(f"{k}={v!r}" for k, v in dict(algo=algo, seed=seed, ratio=ratio, data=data, hp=hp).items()
+                          if v is not None) or "nothing"
+        choices = "; ".join(f"algo={r.algo!r}, seed={r.seed}, ratio={r.ratio:g}, data={r.data!r}"
+                            + (f", hp={r.hp}" if r.hp else "") for r in results.runs[:8])
+        raise PolicyError(f"{len(runs)} runs match {asked}: name one run by algo, seed, ratio, data and hp; "
+                          f"the runs are: {choices}{' …' if len(results.runs) > 8 else ''}")
+    run = runs[0]
+    trained = results.trained.get(run.algo)
+    if trained is None:
+        raise PolicyError(f"the results hold no trained states of {run.algo}: train it with fit() or bench.train, or "
+                          "read a workspace with load_sweep")
+    if isinstance(trained, (str, os.PathLike)):
+        trained = trained_from_disk(Path(trained), run.algo, run.run)
+    state = jax.tree.map(lambda x: np.asarray(x)[trained.row(run.run)], trained.states)
+    record = algo_registry.make(run.algo, trained.spec, trained.net, **trained.options)
+    from imaginejax.sweep import RunSpec, Sweep
+
+    spec_row = RunSpec(run=0, config=0, seed=run.seed, ratio=run.ratio, hp=dict(run.hp), data=run.data)
+    hp_one = jax.tree.map(lambda x: x[0], Sweep((spec_row,)).build(record.default_hp(trained.spec)).hp)
+    provenance = {"run": run.run, "seed": run.seed, "ratio": run.ratio, "data": run.data, "hp": dict(run.hp),
+                  "steps": run.steps[-1] if run.steps else 0, "finite": run.finite,
+                  "success": {lv: v[-1] for lv, v in run.success.items() if v}, "source": trained.source}
+    return Policy.from_state(run.algo, trained.spec, trained.net, trained.options, trained.env, state, hp_one,
+                             provenance)
+
+
+def trained_from_disk(sweep_dir: Path, algo: str, run: int) -> "TrainedRuns":
+    """The trained states of the chunk holding ``run``, from its final checkpoint in a workspace's
+    ``runs/<algo>/checkpoints/`` (the network, options and environment from ``workspace.json``).
+
+    Raises:
+      PolicyError: the sweep is not in a workspace, has no checkpoint of the run, or is not finished.
+    """
+    from imaginejax import envs
+    from imaginejax.bench import WORKSPACE_FILE, algorithm_shapes
+    from imaginejax.checkpoint import list_checkpoints, load_checkpoint
+    from imaginejax.config import Config, from_dict
+    from imaginejax.lang import EMBED_DIM
+    from imaginejax.results import SWEEP_FILE, TrainedRuns
+
+    workspace = sweep_dir.parent.parent
+    if not (workspace / WORKSPACE_FILE).is_file():
+        raise PolicyError(f"{sweep_dir} is not in a workspace ({workspace / WORKSPACE_FILE} is missing): its network and "
+                          "options are recorded there; export from the workspace imaginejax train / bench wrote")
+    config = from_dict(Config, json.loads((workspace / WORKSPACE_FILE).read_text())["config"])
+    net, options = algorithm_shapes(config, algo)
+    env, _ = envs.make(config.data.env, "train")
+    spec = Spec(state_dim=int(env.state_dim), embed_dim=EMBED_DIM if config.data.embed else 0,
+                discrete=bool(env.discrete), action_dim=int(env.num_actions if env.discrete else env.action_dim))
+    intervals = int(json.loads((sweep_dir / SWEEP_FILE).read_text())["engine"]["num_intervals"])
+    for chunk in sorted((sweep_dir / "checkpoints").glob("chunk-*")):
+        found = list_checkpoints(chunk)
+        if not found:
+            continue
+        interval, path = found[-1]
+        manifest, arrays = load_checkpoint(path)
+        runs = tuple(int(r) for r in manifest["meta"]["runs"])
+        if run not in runs:
+            continue
+        if interval != intervals:
+            raise PolicyError(f"run {run} of {sweep_dir} is trained up to interval {interval} of {intervals} ({path}): "
+                              "finish the sweep first (re-run the same imaginejax train / bench command)")
+        state, _ = template(algo_registry.make(algo, spec, net, **options), spec)
+        leaves = []
+        for name, leaf in named_leaves(state, "state.algo").items():
+            value = arrays.get(name)
+            if value is None or value.shape[1:] != tuple(leaf.shape) or value.dtype != leaf.dtype:
+                got = "nothing" if value is None else f"{value.dtype}{list(value.shape[1:])}"
+                raise PolicyError(f"{path}: {name} is {got} per run, the {algo} of {workspace / WORKSPACE_FILE} needs "
+                                  f"{leaf.dtype}{list(leaf.shape)}: the checkpoint is of another configuration")
+            leaves.append(value[: len(runs)])
+        states = jax.tree_util.tree_unflatten(jax.tree.structure(state), leaves)
+        return TrainedRuns(env=config.data.env, spec=spec, net=net, options=options, states=states, runs=runs,
+                           source=str(path))
+    raise PolicyError(f"{sweep_dir / 'checkpoints'} holds no checkpoint of run {run}: train the sweep with checkpoints "
+                      "(imaginejax train / bench write them)")
