@@ -16,6 +16,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGE_DIRS = {"imaginejax": "imaginejax", "envs": "imaginejax.envs", "data": "imaginejax.data",
                 "algos": "imaginejax.algos"}
 
+ROOT_PACKAGE = "imaginejax"
 # (rank, layer, module prefixes). A module belongs to the layer of its longest matching prefix; it may
 # import modules of its own rank or lower.
 LAYERS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
@@ -40,7 +41,9 @@ def layer_of(module: str) -> tuple[int, str]:
     best: tuple[int, int, str] = (-1, -1, "")
     for rank, name, prefixes in LAYERS:
         for prefix in prefixes:
-            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best[0]:
+            # The root package names only its own __init__: a new top-level module needs its own entry.
+            covers = module == prefix or (prefix != ROOT_PACKAGE and module.startswith(prefix + "."))
+            if covers and len(prefix) > best[0]:
                 best = (len(prefix), rank, name)
     if best[0] < 0:
         raise LookupError(f"{module} is in no layer of tests/test_layers.py LAYERS; add its prefix there")
@@ -93,6 +96,8 @@ def violations() -> list[str]:
 def test_every_module_has_a_layer():
     for module in source_modules():
         layer_of(module)
+    with pytest.raises(LookupError, match="imaginejax.newmodule is in no layer"):
+        layer_of("imaginejax.newmodule")
 
 
 def test_imports_run_one_way():
