@@ -9,7 +9,9 @@ Subcommands:
   evaluated on every level, resumable (re-running the same command continues);
 * ``bench`` — the whole protocol: data, imaginary data, every registered algorithm for the action space,
   every level, several seeds → markdown table and figures;
-* ``report`` — the statistics table (and figures) of a sweep or workspace directory.
+* ``report`` — the statistics table (and figures) of a sweep or workspace directory;
+* ``export`` — one trained run of a workspace as a policy directory (:mod:`imaginejax.policy`);
+* ``evaluate`` — a policy directory's success per task on a level, by the jitted evaluation of training.
 
 ``imagine``, ``train`` and ``bench`` read a typed configuration (:mod:`imaginejax.config`) from a preset
 (``--preset clevr-quick``; presets live in ``experiments/presets``) or a TOML file (``--config``), with
@@ -131,6 +133,30 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (intervals are reproducible)")
     p.add_argument("--no-figures", action="store_true", help="only the table")
     p.add_argument("--out", type=Path, default=None, help="also write the table to this file")
+
+    p = sub.add_parser("export", formatter_class=formatter, help="one trained run -> a policy directory",
+                       description="Writes the final state of one run of a workspace (or of one sweep directory "
+                                   "runs/<algo> in it) as a policy: policy.safetensors (the parameters the "
+                                   "algorithm acts with and the state normaliser) and policy.json (algorithm, "
+                                   "network, interface, sentence encoder, environment, provenance). Load it with "
+                                   "imaginejax.Policy.load(DIR).")
+    p.add_argument("run_dir", type=Path, help="a workspace of train / bench, or its runs/<algo> directory")
+    p.add_argument("--algo", default=None, help="algorithm of the run (needed when the workspace trained several)")
+    p.add_argument("--seed", type=int, default=None, help="seed of the run")
+    p.add_argument("--ratio", type=float, default=None, help="imaginary ratio of the run")
+    p.add_argument("--data", default=None, help="data source of the run ('' = real only, e.g. imaginary/easy)")
+    p.add_argument("--out", type=Path, required=True, help="policy directory to write")
+
+    p = sub.add_parser("evaluate", formatter_class=formatter, help="a policy's success per task on a level",
+                       description="Runs a policy directory (imaginejax export) on every task of a level the same "
+                                   "number of times, in the jitted evaluation used during training, and prints "
+                                   "the success of each task and of the level.")
+    p.add_argument("policy", type=Path, help="a policy directory written by imaginejax export")
+    p.add_argument("--env", default=None, help="environment (default: the policy's; another one is refused)")
+    p.add_argument("--level", default="train", help="task level (default: train)")
+    p.add_argument("--episodes", type=int, default=100,
+                   help="episodes, rounded up to a multiple of the level's tasks (default 100)")
+    p.add_argument("--seed", type=int, default=0, help="evaluation seed (default 0)")
     return parser
 
 
@@ -212,8 +238,48 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _export(args: argparse.Namespace) -> int:
+    from imaginejax.results import load_sweep
+
+    policy = load_sweep(args.run_dir).policy(algo=args.algo, seed=args.seed, ratio=args.ratio, data=args.data)
+    policy.save(args.out)
+    run = policy.provenance
+    print(f"{args.out}: {policy.algo} policy of run {run['run']} (seed {run['seed']}, ratio {run['ratio']:g}, "
+          f"data {run['data'] or 'real only'}) after {run['steps']} updates, {len(policy.tensors)} tensors")
+    return 0
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from imaginejax import envs
+    from imaginejax.evaluation import episodes_per_level
+    from imaginejax.policy import Policy
+
+    policy = Policy.load(args.policy)
+    env_name = args.env or policy.env
+    if env_name != policy.env:
+        raise ConfigError(f"--env {env_name}: the policy was trained on {policy.env}; evaluate it with --env {policy.env}")
+    if args.level not in envs.ENV_LEVELS[env_name]:
+        raise ConfigError(f"--level: unknown level {args.level!r} of {env_name}; valid: {', '.join(envs.ENV_LEVELS[env_name])}")
+    if args.episodes < 1:
+        raise ConfigError(f"--episodes must be >= 1, got {args.episodes}")
+    result = policy.evaluate(args.level, args.episodes, seed=args.seed)
+    env, params = envs.make(env_name, args.level)
+    strings = env.instructions(args.level)
+    tasks = [strings[int(m)] for m in np.asarray(params.phrasing_ids)[:, 0]]
+    width = max(len(t) for t in tasks)
+    for task, success in zip(tasks, np.asarray(result.task_success)):
+        print(f"{task:<{width}}  {100 * success:5.1f}%")
+    print(f"{env_name}/{args.level}: success {100 * float(result.success_rate):.1f}% over "
+          f"{episodes_per_level(args.episodes, len(tasks))} episodes "
+          f"({len(tasks)} tasks, mean return {float(result.mean_return):.3f})")
+    return 0
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
-    "collect": _collect, "imagine": _imagine, "train": _train, "bench": _bench, "report": _report}
+    "collect": _collect, "imagine": _imagine, "train": _train, "bench": _bench, "report": _report,
+    "export": _export, "evaluate": _evaluate}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -388,10 +388,10 @@ def from_results(results: "Results", algo: str | None = None, seed: int | None =
             and (hp is None or all(r.hp.get(k) == float(v) for k, v in hp.items()))]
     if len(runs) != 1:
         asked = ", ".join(f"{k}={v!r}" for k, v in dict(algo=algo, seed=seed, ratio=ratio, data=data, hp=hp).items()
-                          if v is not None) or "nothing"
+                          if v is not None) or "no field given"
         choices = "; ".join(f"algo={r.algo!r}, seed={r.seed}, ratio={r.ratio:g}, data={r.data!r}"
                             + (f", hp={r.hp}" if r.hp else "") for r in results.runs[:8])
-        raise PolicyError(f"{len(runs)} runs match {asked}: name one run by algo, seed, ratio, data and hp; "
+        raise PolicyError(f"{len(runs)} runs match ({asked}): name one run by its algo, seed, ratio, data and hp; "
                           f"the runs are: {choices}{' …' if len(results.runs) > 8 else ''}")
     run = runs[0]
     trained = results.trained.get(run.algo)
