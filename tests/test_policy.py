@@ -1,0 +1,162 @@
+"""A policy taken away: ``imaginejax export`` / ``evaluate`` from the command line, the same episodes
+in the Gymnasium adapter and in the jitted evaluation, and damaged or mismatched files refused."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+
+import jax
+import numpy as np
+import pytest
+import safetensors.numpy
+
+from imaginejax import Policy, envs, fit
+from imaginejax.bench import expert_dataset
+from imaginejax.cli import main
+from imaginejax.evaluation import evaluate
+from imaginejax.policy import PolicyError, evaluate_gym
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """A BC workspace trained by fit() and its seed-0 run exported by the command line."""
+    root = tmp_path_factory.mktemp("policy")
+    real = expert_dataset("clevr", "train", 16, 0, 0.1, root / "real", log=lambda s: None)
+    fit("bc", env="clevr", real=[real], seeds=2, updates=100, intervals=1, batch_size=32, eval_levels=["train"],
+        eval_episodes=1, overrides=["train.encoder_width=32", "train.hidden=[32, 32]"], out=root / "ws",
+        log=lambda s: None)
+    status = main(["export", str(root / "ws"), "--algo", "bc", "--seed", "0", "--out", str(root / "policy")])
+    assert status == 0
+    return root
+
+
+def test_export_and_evaluate_round_trip(exported, capsys):
+    policy = Policy.load(exported / "policy")
+    assert policy.algo == "bc" and policy.env == "clevr" and policy.provenance["seed"] == 0
+    assert policy.spec.obs_dim == 10 + 384 and policy.encoder["model"] == "all-MiniLM-L6-v2"
+    capsys.readouterr()
+    assert main(["evaluate", str(exported / "policy"), "--env", "clevr", "--level", "easy", "--episodes", "20"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    env, params = envs.make("clevr", "easy")
+    assert len(lines) == int(params.num_tasks) + 1  # one line per task, then the level
+    per_task = np.asarray([float(line.rsplit(None, 1)[1].rstrip("%")) for line in lines[:-1]])
+    result = policy.evaluate("easy", 20)
+    np.testing.assert_allclose(per_task, 100 * np.asarray(result.task_success), atol=0.05)
+    assert lines[-1].startswith(f"clevr/easy: success {100 * float(result.success_rate):.1f}% over 20 episodes")
+    # Another environment or level is refused with the fix.
+    assert main(["evaluate", str(exported / "policy"), "--env", "babyai"]) == 2
+    assert "trained on clevr; evaluate it with --env clevr" in capsys.readouterr().err
+    assert main(["evaluate", str(exported / "policy"), "--level", "hardest"]) == 2
+    assert "unknown level 'hardest'" in capsys.readouterr().err
+
+
+class _AdapterResets:
+    """The JAX environment with the initial states of the Gymnasium vector environment reset with
+    ``seed``: row i's reset key there is split(PRNGKey(seed + i))[1] (its documented key chain), while
+    :func:`evaluate` splits one key. CLEVR's step ignores its key, so the episodes are then the same."""
+
+    def __init__(self, env, seed: int, episodes: int):
+        self.env = env
+        keys = jax.vmap(jax.random.PRNGKey)(seed + np.arange(episodes, dtype=np.uint32))
+        self.keys = jax.vmap(jax.random.split)(keys)[:, 1]
+
+    def reset_to_task_batch(self, keys, params, tasks):
+        return self.env.reset_to_task_batch(self.keys, params, tasks)
+
+    def step_batch(self, keys, state, action, params):
+        return self.env.step_batch(keys, state, action, params)
+
+
+def test_gymnasium_episodes_succeed_exactly_as_in_the_jitted_evaluation(exported):
+    policy = Policy.load(exported / "policy")
+    seed, level = 5, "easy"
+    gym = evaluate_gym(policy, level, 20, seed=seed)
+    env, params = envs.make("clevr", level, embed=policy._encoder_fn())
+    same = _AdapterResets(env, seed, len(gym.success))
+    result = jax.jit(lambda k: evaluate(policy.policy_fn(), same, params, k, 20))(jax.random.PRNGKey(0))
+    np.testing.assert_array_equal(gym.task_success, np.asarray(result.task_success))
+    assert gym.success_rate == pytest.approx(float(result.success_rate))
+    assert 0 < gym.success.sum() < len(gym.success)  # neither all nor nothing: a comparison that can fail
+
+
+def _copy(exported, tmp_path):
+    target = tmp_path / "copy"
+    shutil.copytree(exported / "policy", target)
+    return target
+
+
+def _rewrite(directory, tensors=None, **record_changes):
+    """New tensors and/or record fields, with a matching checksum (a consistent but wrong policy)."""
+    record = json.loads((directory / "policy.json").read_text())
+    if tensors is not None:
+        data = safetensors.numpy.save(tensors)
+        (directory / "policy.safetensors").write_bytes(data)
+        record["sha256"] = hashlib.sha256(data).hexdigest()
+    record.update(record_changes)
+    (directory / "policy.json").write_text(json.dumps(record))
+
+
+def test_damaged_or_mismatched_policies_are_refused(exported, tmp_path):
+    good = Policy.load(exported / "policy")
+
+    d = _copy(exported, tmp_path / "flip")
+    data = bytearray((d / "policy.safetensors").read_bytes())
+    data[-5] ^= 0x01
+    (d / "policy.safetensors").write_bytes(bytes(data))
+    with pytest.raises(PolicyError, match="does not match the SHA-256.*damaged or replaced"):
+        Policy.load(d)
+
+    d = _copy(exported, tmp_path / "missing")
+    (d / "policy.json").unlink()
+    with pytest.raises(PolicyError, match="policy.json is missing"):
+        Policy.load(d)
+
+    d = _copy(exported, tmp_path / "json")
+    (d / "policy.json").write_text("{not json")
+    with pytest.raises(PolicyError, match="is not valid JSON"):
+        Policy.load(d)
+
+    d = _copy(exported, tmp_path / "format")
+    _rewrite(d, version=99)
+    with pytest.raises(PolicyError, match="version 99; this code reads version 1"):
+        Policy.load(d)
+
+    d = _copy(exported, tmp_path / "spec")
+    _rewrite(d, spec={**json.loads((d / "policy.json").read_text())["spec"], "state_dim": 11})
+    with pytest.raises(PolicyError, match=r"is float32\[(\d+), 32\] but the recorded bc network needs float32\[(?!\1\])\d+, 32\]"):
+        Policy.load(d)
+
+    d = _copy(exported, tmp_path / "algo")
+    _rewrite(d, algo="no-such-algorithm")
+    with pytest.raises(PolicyError, match="does not describe a policy this code can build.*unknown algorithm"):
+        Policy.load(d)
+
+    d = _copy(exported, tmp_path / "extra")
+    _rewrite(d, tensors={**good.tensors, "state.opt_state.mu": np.zeros(3, np.float32)})
+    with pytest.raises(PolicyError, match=r"unexpected \['state.opt_state.mu'\]"):
+        Policy.load(d)
+
+    d = _copy(exported, tmp_path / "nan")
+    name = sorted(good.tensors)[0]
+    _rewrite(d, tensors={**good.tensors, name: np.full_like(good.tensors[name], np.nan)})
+    with pytest.raises(PolicyError, match="holds non-finite values"):
+        Policy.load(d)
+
+    d = _copy(exported, tmp_path / "header")
+    (d / "policy.safetensors").write_bytes(b"\xff" * 16)
+    _rewrite(d, sha256=hashlib.sha256(b"\xff" * 16).hexdigest())
+    with pytest.raises(PolicyError, match="is not a readable safetensors file"):
+        Policy.load(d)
+
+    # The command line reports a refused policy as an error, not a traceback.
+    assert main(["evaluate", str(d)]) == 2
+
+
+def test_observations_of_the_wrong_width_are_refused(exported):
+    policy = Policy.load(exported / "policy")
+    with pytest.raises(ValueError, match=r"\(B, 394\) \(state 10 ⊕ embedding 384\), got \[2, 10\]"):
+        policy.predict(np.zeros((2, 10), np.float32))
+    with pytest.raises(PolicyError, match="conditioned on an instruction"):
+        policy.act(np.zeros((2, 10), np.float32))
