@@ -10,7 +10,7 @@ PY_REF    := $(shell sh tools/find_python.sh ref)
 PIP_FLAGS := --quiet --disable-pip-version-check
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-fast bench bench-algos setup setup-ref setup-bench clean
+.PHONY: demo test test-slow test-all bench bench-algos setup setup-ref setup-bench clean
 
 $(VENV)/.installed: pyproject.toml Makefile
 	test -x $(VENV)/bin/python || $(PY_MAIN) -m venv $(VENV)
@@ -54,17 +54,25 @@ setup-bench: $(REF_VENV)/.bench-installed
 demo: $(VENV)/.installed
 	$(VENV)/bin/python -m imaginejax.demo
 
+# The test tiers: `make test` (the README's and CI's command) runs every test not marked slow;
+# `make test-slow` runs the slow tier (MJX parity on every scene, expert success over many episodes,
+# learning runs, notebooks, the demo), listed with reasons in tests/conftest.py.
+# Two pytest processes (test files a-l, then m-z): one process for the whole suite accumulated
+# hundreds of compiled XLA programs and once crashed XLA late in the run; each half also clears JAX's
+# caches after every module (tests/conftest.py).
+TEST_ENV = export IMAGINEJAX_REF_PYTHON=$(abspath $(REF_VENV))/bin/python \
+	IMAGINEJAX_METAWORLD_PYTHON=$(abspath $(MW_VENV))/bin/python
 test: $(VENV)/.installed $(REF_VENV)/.installed $(MW_VENV)/.installed
-	# Two pytest processes (test files a-l, then m-z): one process for the whole suite accumulated
-	# hundreds of compiled XLA programs (MJX scenes, Llama, every algorithm) and once crashed XLA late in
-	# the run; each half also clears JAX's caches after every module (tests/conftest.py).
-	export IMAGINEJAX_REF_PYTHON=$(abspath $(REF_VENV))/bin/python \
-	IMAGINEJAX_METAWORLD_PYTHON=$(abspath $(MW_VENV))/bin/python; \
-	$(VENV)/bin/python -m pytest $(PYTEST_ARGS) tests/test_[a-l]*.py && \
-	$(VENV)/bin/python -m pytest $(PYTEST_ARGS) tests/test_[m-z]*.py
+	$(TEST_ENV); \
+	$(VENV)/bin/python -m pytest -m "not slow" $(PYTEST_ARGS) tests/test_[a-l]*.py && \
+	$(VENV)/bin/python -m pytest -m "not slow" $(PYTEST_ARGS) tests/test_[m-z]*.py
 
-test-fast: $(VENV)/.installed
-	$(VENV)/bin/python -m pytest -m "not slow" $(PYTEST_ARGS)
+test-slow: $(VENV)/.installed $(REF_VENV)/.installed $(MW_VENV)/.installed
+	$(TEST_ENV); \
+	$(VENV)/bin/python -m pytest -m slow $(PYTEST_ARGS) tests/test_[a-l]*.py && \
+	$(VENV)/bin/python -m pytest -m slow $(PYTEST_ARGS) tests/test_[m-z]*.py
+
+test-all: test test-slow
 
 bench: $(VENV)/.installed
 	$(VENV)/bin/python experiments/benchmarks/clevr_env_steps.py

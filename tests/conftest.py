@@ -22,3 +22,73 @@ def _release_compiled_programs():
     yield
     jax.clear_caches()
     gc.collect()
+
+
+# The slow tier (``make test-slow``; ``make test`` runs the rest). Listed here, in one place, by
+# ``file::test`` (every parametrisation) or ``file::test[id]`` (one), with the reason; timings are the
+# whole-suite run on a 2-core CPU. Run the slow tier before changing what these tests cover.
+SLOW = {
+    # Parity of MJX against MuJoCo C on every contact kind and every reset (3-5 min each).
+    "test_metaworld_mjx.py::test_mjx_steps_agree_with_mujoco_c_on_every_contact_kind": "MJX parity",
+    "test_metaworld_mjx.py::test_mjx_reset_agrees_with_mujoco_c_and_steps_agree_from_it": "MJX parity",
+    "test_metaworld_mjx.py::test_reset_writes_of_every_task_agree_with_mujoco_c": "MJX parity",
+    "test_metaworld_mjx.py::test_mjx_env_freezes_done_rows_and_marks_rows_of_other_tasks": "MJX parity",
+    "test_libero_mjx.py::test_mjx_reset_is_legal_and_equals_the_host_reset": "MJX parity",
+    "test_libero_mjx.py::test_mjx_agrees_with_mujoco_c_over_the_experts_grasp": "MJX parity",
+    # Expert success measured over many episodes.
+    "test_clevr_expert.py::test_default_expert_on_every_hard_goal": "expert success",
+    "test_clevr_expert.py::test_expert_hard_report": "expert success",
+    "test_libero_expert.py::test_expert_success_at_least_85_percent": "expert success",
+    "test_libero_expert.py::test_expert_actions_are_bounded_and_task_specific": "expert rollouts",
+    "test_metaworld_expert.py::test_expert_success_at_least_90_percent": "expert success",
+    # Learning runs (hundreds to thousands of updates, then evaluation).
+    "test_algos_clevr.py::test_discrete_algorithm_learns_clevr_train_level[cql]": "learning run",
+    "test_algos_clevr.py::test_discrete_algorithm_learns_clevr_train_level[combo]": "learning run",
+    "test_algos_clevr.py::test_discrete_algorithm_learns_clevr_train_level[prdc]": "learning run",
+    "test_algos_clevr.py::test_discrete_algorithm_learns_clevr_train_level[td3bc]": "learning run",
+    "test_algos_learn.py::test_td3bc_learns_continuous_reach": "learning run",
+    "test_algos_learn.py::test_discrete_td3bc_learns_beyond_imitation": "learning run",
+    "test_algos_learn.py::test_bcq_learns_beyond_imitation": "learning run",
+    "test_bcq_continuous.py::test_learns_continuous_reach_through_the_engine": "learning run",
+    "test_cql_continuous.py::test_learns_reach_with_three_alphas_in_one_call": "learning run",
+    "test_combo.py::test_continuous_combo_learns_reach": "learning run",
+    "test_combo.py::test_discrete_combo_learns_beyond_imitation_three_betas_in_one_call": "learning run",
+    "test_combo.py::test_dynamics_learn_a_noisy_linear_system": "learning run",
+    "test_prdc.py::test_discrete_prdc_three_alphas_with_a_wrong_majority": "learning run",
+    "test_prdc.py::test_prdc_three_alphas_on_continuous_reach": "learning run",
+    "test_kalm_finetune.py::test_tiny_preset_overfits_all_four_tasks": "imaginer fine-tuning run",
+    "test_kalm_finetune.py::test_overfit_model_regenerates_its_trajectories": "imaginer fine-tuning run",
+    "test_kalm_finetune.py::test_run_directory_loads_back": "imaginer fine-tuning run",
+    # The robot arms through the adapters and the imaginer (the CLEVR/BabyAI/cheetah cases stay fast).
+    "test_gym_adapter.py::test_adapter_replays_the_jax_environment[libero]": "robot arm adapter",
+    "test_gym_adapter.py::test_adapter_replays_the_jax_environment[metaworld]": "robot arm adapter",
+    "test_gym_adapter.py::test_check_env_passes[id-libero]": "robot arm adapter",
+    "test_gym_adapter.py::test_check_env_passes[id-metaworld]": "robot arm adapter",
+    "test_imagine_envs.py::test_libero_expert_trajectories_score_as_the_env_saw_them_and_hand_edited_states": "robot arm imagination",
+    "test_imagine_envs.py::test_libero_generation_stops_on_the_task_predicate": "robot arm imagination",
+    "test_imagine_envs.py::test_metaworld_generation_stops_on_the_task_predicate": "robot arm imagination",
+    "test_imagine_envs.py::test_metaworld_expert_trajectories_and_hand_edited_states": "robot arm imagination",
+    "test_libero_env.py::test_grasped_object_lifts_with_the_gripper_and_falls_when_released": "long physics rollout",
+    "test_libero_env.py::test_controller_tracking_error_is_bounded": "long physics rollout",
+    # End-to-end commands.
+    "test_imagine.py::test_study_cli_runs_on_babyai": "end-to-end study",
+    "test_llama_smollm2.py::test_tokenizer_matches_transformers": "whole-vocabulary tokenizer parity",
+}
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by marker
+def pytest_collection_modifyitems(config, items):
+    """Marks the tests of :data:`SLOW` slow; a listed name that a collected file no longer has is an error
+    (a renamed test must not silently move to the fast tier)."""
+    seen, files = set(), set()
+    for item in items:
+        file = item.path.name
+        files.add(file)
+        for key in (f"{file}::{item.originalname}", f"{file}::{item.name}"):
+            if key in SLOW:
+                item.add_marker(pytest.mark.slow)
+                seen.add(key)
+    missing = sorted(k for k in SLOW if k.split("::")[0] in files and k not in seen)
+    if missing and not any("::" in arg for arg in config.args):
+        raise pytest.UsageError("tests/conftest.py SLOW lists tests that do not exist (renamed?): "
+                                + ", ".join(missing))
