@@ -350,11 +350,11 @@ def evaluate_gym(policy: Policy, level: str, episodes: int, seed: int = 0) -> Gy
     """Runs N episodes of ``policy`` in a Gymnasium vector environment of its environment (N rounded up
     to a multiple of the level's K tasks; episode i runs task ``i mod K``; reset with ``seed``: row i
     starts from ``PRNGKey(seed + i)``), each to its first end (success or the step cap)."""
+    from imaginejax import envs
     from imaginejax.evaluation import episodes_per_level
     from imaginejax.interop.gym_adapter import make_vec
 
-    env = make_vec(policy.env, level, num_envs=1, embed=policy.spec.embed_dim > 0)
-    num_tasks = int(env.params.num_tasks)
+    num_tasks = int(envs.make(policy.env, level)[1].num_tasks)
     n = episodes_per_level(episodes, num_tasks)
     env = make_vec(policy.env, level, num_envs=n, embed=policy.spec.embed_dim > 0)
     tasks = np.arange(n) % num_tasks

@@ -13,7 +13,9 @@ On disk, a sweep directory holds ``sweep.json`` (:func:`imaginejax.sweep.run_swe
 last evaluation every run has reached.
 
 :meth:`Results.groups` splits the runs into groups of seeds (one algorithm and configuration each), what
-:mod:`imaginejax.report` and :mod:`imaginejax.figures` compute statistics over.
+:mod:`imaginejax.report` and :mod:`imaginejax.figures` compute statistics over. Outside equality, a result
+knows where each algorithm's trained states are (in memory after training, the final checkpoints of a
+workspace read back), so :meth:`Results.policy` gives any run's :class:`~imaginejax.policy.Policy`.
 """
 
 from __future__ import annotations
