@@ -1,7 +1,7 @@
 """Checkpoints on orbax-checkpoint: synchronous, atomic, integrity-checked, last N kept.
 
 Every checkpoint of the project (sweep state in :mod:`imaginejax.engine`, the HalfCheetah expert's
-training state in :mod:`imaginejax.envs.cheetah.expert`, the KALM imaginer's fine-tuning state in
+training state in ``experiments/experts/cheetah_sac.py``, the KALM imaginer's fine-tuning state in
 :mod:`imaginejax.imaginer.finetune`) goes through :func:`save_checkpoint` / :func:`load_checkpoint`.
 Storage is orbax's: an ``orbax.checkpoint.CheckpointManager`` (``enable_async_checkpointing=False``,
 ``max_to_keep=keep``) with one item written by :class:`ArraysHandler`. Layout::
