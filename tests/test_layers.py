@@ -21,7 +21,7 @@ ROOT_PACKAGE = "imaginejax"
 # import modules of its own rank or lower.
 LAYERS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
     (0, "core", ("imaginejax", "imaginejax.files", "imaginejax.paths", "imaginejax.progress",
-                 "imaginejax.runlog", "imaginejax.data.types", "imaginejax.data.errors")),
+                 "imaginejax.runlog", "imaginejax.weights", "imaginejax.data.types", "imaginejax.data.errors")),
     (1, "envs", ("imaginejax.envs",)),
     (2, "lang", ("imaginejax.lang",)),
     (3, "data", ("imaginejax.data",)),

@@ -3,8 +3,8 @@
 Why the models come from the package at run time: the benchmark is defined on Meta-World's own scenes
 (BENCHMARK §2.2), and compiling the very files Meta-World compiles is the only way to be sure that every
 mass, gain, solver option and mesh is identical. Nothing of the package is copied into this repository;
-``pip install --no-deps metaworld==3.1.1`` provides the files (its Python code is not imported: it pins an
-older MuJoCo).
+``imaginejax setup-weights`` installs the package that provides the files (``metaworld==3.1.1`` with
+``--no-deps``: its Python code is not imported, and it pins an older MuJoCo).
 
 Each task compiles its scene file with two programmatic edits made through ``mujoco.MjSpec`` (the file is
 not changed):
@@ -35,17 +35,17 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib.util
 from pathlib import Path
 from typing import Final
 
 import mujoco
 import numpy as np
 
+from imaginejax import weights
+
 __all__ = ["SENSOR_DIM", "Sensor", "SceneSpec", "assets_dir", "build_model", "sensor_slices"]
 
 SENSOR_DIM: Final[int] = 39
-METAWORLD_VERSION: Final[str] = "3.1.1"
 
 # Sensor object kinds: (sensor object type, sensor type) for a position or a quaternion.
 _POS_TYPES: Final[dict[str, int]] = {
@@ -98,16 +98,13 @@ def assets_dir() -> Path:
     """``metaworld/assets`` of the installed package.
 
     Raises:
-      ImportError: metaworld is not installed (with the command that installs it).
+      MissingWeights: metaworld is not installed at its pinned version (the message names
+        ``imaginejax setup-weights``).
     """
-    spec = importlib.util.find_spec("metaworld")
-    if spec is None or spec.origin is None:
-        raise ImportError("the Meta-World environment loads its scenes from the metaworld package, which is not "
-                          f"installed; install it with `pip install --no-deps metaworld=={METAWORLD_VERSION}` "
-                          "(--no-deps: it pins an older mujoco that the project does not use)")
-    path = Path(spec.origin).parent / "assets"
+    path = weights.locate("metaworld")
     if not (path / "sawyer_xyz").is_dir():
-        raise FileNotFoundError(f"metaworld at {path.parent} has no assets/sawyer_xyz; install metaworld=={METAWORLD_VERSION}")
+        raise weights.MissingWeights(f"metaworld at {path.parent} has no assets/sawyer_xyz; "
+                                     f"run `{weights.SETUP_COMMAND}`")
     return path
 
 
@@ -228,7 +225,7 @@ def _keep_contact_filter(spec: mujoco.MjSpec, original: mujoco.MjModel) -> None:
 def _scene_text_check(xml: str) -> Path:
     path = assets_dir() / "sawyer_xyz" / xml
     if not path.is_file():
-        raise FileNotFoundError(f"metaworld scene {path} not found; install metaworld=={METAWORLD_VERSION}")
+        raise weights.MissingWeights(f"metaworld scene {path} not found; run `{weights.SETUP_COMMAND}`")
     return path
 
 

