@@ -70,6 +70,10 @@ SLOW = {
     "test_imagine_envs.py::test_metaworld_expert_trajectories_and_hand_edited_states": "robot arm imagination",
     "test_libero_env.py::test_grasped_object_lifts_with_the_gripper_and_falls_when_released": "long physics rollout",
     "test_libero_env.py::test_controller_tracking_error_is_bounded": "long physics rollout",
+    # The notebooks in a fresh venv, their install cell included (pip install from this checkout).
+    "test_notebooks.py::test_quickstart": "notebook in a fresh venv",
+    "test_notebooks.py::test_imaginer": "notebook in a fresh venv",
+    "test_notebooks.py::test_sweeps": "notebook in a fresh venv",
     # End-to-end commands.
     "test_imagine.py::test_study_cli_runs_on_babyai": "end-to-end study",
     "test_llama_smollm2.py::test_tokenizer_matches_transformers": "whole-vocabulary tokenizer parity",

