@@ -3,6 +3,7 @@
 An environment module supplies its world (state pytree, batched dynamics, goals and predicates); this
 module supplies, once:
 
+* :class:`EpisodeState` — the episode fields that every environment's state extends with its world;
 * :class:`EnvParams` — a level's task table (goal vectors, phrasing ids per task, instruction
   embeddings, step cap), built by :func:`make_level_params`;
 * :func:`instruction_table` — the level's unique instruction strings and each task's ids into them, and
@@ -27,6 +28,26 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
+
+
+@struct.dataclass
+class EpisodeState:
+    """The episode fields of every environment's state; an environment's ``EnvState`` subclasses it and
+    adds its world. Each field gets a leading (B,) axis in the batched kernels.
+
+    Attributes:
+      t: () int32 steps taken in this episode.
+      task: () int32 row of ``params.goals``.
+      instruction: () int32 id into the level's instruction table.
+      done: () bool, the episode has ended (success or time limit).
+      success: () bool, it has ended in success (sticky).
+    """
+
+    t: jax.Array
+    task: jax.Array
+    instruction: jax.Array
+    done: jax.Array
+    success: jax.Array
 
 
 @struct.dataclass
@@ -235,10 +256,7 @@ class TaskEnv:
     ``step_batch(keys, state, action, params)`` (``reset_batch`` draws tasks uniformly, salted by
     ``task_salt``), and ``state_vector(state)`` unless its state keeps the vector in a field ``vec``.
 
-    Its state pytree has, besides its world, the episode fields (each with a leading (B,) axis in the
-    batched kernels): ``t`` () int32 steps taken in this episode; ``task`` () int32 row of
-    ``params.goals``; ``instruction`` () int32 id into the level's instruction table; ``done`` () bool, the
-    episode has ended (success or time limit); ``success`` () bool, it has ended in success (sticky).
+    Its state is an :class:`EpisodeState` subclass: the episode fields, then its world.
     """
 
     name: str

@@ -44,7 +44,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from imaginejax.envs.base import Encoder, EnvParams, TaskEnv, make_level_params
+from imaginejax.envs.base import Encoder, EnvParams, EpisodeState, TaskEnv, make_level_params
 
 from imaginejax.envs.babyai import grid as G
 from imaginejax.envs.babyai import instructions as instr
@@ -55,20 +55,15 @@ DEFAULT_RESET_TRIES: Final[int] = 4
 
 
 @struct.dataclass
-class EnvState:
-    """Environment state; every leaf gets a leading (B,) axis in the batched kernels.
+class EnvState(EpisodeState):
+    """Environment state: the episode fields of :class:`~imaginejax.envs.base.EpisodeState` and the world
+    below; every leaf gets a leading (B,) axis in the batched kernels.
 
     Attributes:
       grid: :class:`grid.Grid`, the world (17 int32 fields).
-      t, task, instruction, done, success: the episode fields of every :class:`~imaginejax.envs.base.TaskEnv`.
     """
 
     grid: G.Grid
-    t: jax.Array
-    task: jax.Array
-    instruction: jax.Array
-    done: jax.Array
-    success: jax.Array
 
 
 def make_params(level: str, *, embed: Encoder | None = None, reset_tries: int = DEFAULT_RESET_TRIES) -> EnvParams:

@@ -40,7 +40,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from imaginejax.envs.base import Encoder, EnvParams, TaskEnv, make_level_params
+from imaginejax.envs.base import Encoder, EnvParams, EpisodeState, TaskEnv, make_level_params
 
 from imaginejax.envs.cheetah import backends
 from imaginejax.envs.cheetah import instructions as instr
@@ -54,24 +54,19 @@ RESET_NOISE_SCALE: Final[float] = 0.1  # Gymnasium v5's reset_noise_scale
 
 
 @struct.dataclass
-class EnvState:
-    """Environment state; every leaf gets a leading (B,) axis in the batched kernels.
+class EnvState(EpisodeState):
+    """Environment state: the episode fields of :class:`~imaginejax.envs.base.EpisodeState` and the world
+    below; every leaf gets a leading (B,) axis in the batched kernels.
 
     Attributes:
       physics: :class:`backends.Physics`, qpos / qvel (9,) each with their float64 remainders.
       dx: () x displacement of the last step (0 after a reset).
       progress: :class:`tasks.Progress`, the episode's running quantities (Σ, leg counts and sums, ...).
-      t, task, instruction, done, success: the episode fields of every :class:`~imaginejax.envs.base.TaskEnv`.
     """
 
     physics: Physics
     dx: jax.Array
     progress: Progress
-    t: jax.Array
-    task: jax.Array
-    instruction: jax.Array
-    done: jax.Array
-    success: jax.Array
 
 
 def make_params(level: str, *, embed: Encoder | None = None) -> EnvParams:

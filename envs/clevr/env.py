@@ -39,7 +39,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from imaginejax.envs.base import Encoder, EnvParams, TaskEnv, make_level_params
+from imaginejax.envs.base import Encoder, EnvParams, EpisodeState, TaskEnv, make_level_params
 
 from imaginejax.envs.clevr import instructions as instr
 from imaginejax.envs.clevr import physics
@@ -50,20 +50,15 @@ DEFAULT_RESET_TRIES: Final[int] = 16
 
 
 @struct.dataclass
-class EnvState:
-    """Environment state; every field gets a leading (B,) axis in the batched kernels.
+class EnvState(EpisodeState):
+    """Environment state: the episode fields of :class:`~imaginejax.envs.base.EpisodeState` and the world
+    below; every leaf gets a leading (B,) axis in the batched kernels.
 
     Attributes:
       balls: (5, 2) float32 ball positions (x, y) in colour order.
-      t, task, instruction, done, success: the episode fields of every :class:`~imaginejax.envs.base.TaskEnv`.
     """
 
     balls: jax.Array
-    t: jax.Array
-    task: jax.Array
-    instruction: jax.Array
-    done: jax.Array
-    success: jax.Array
 
 
 def make_params(level: str, *, embed: Encoder | None = None, reset_tries: int = DEFAULT_RESET_TRIES) -> EnvParams:

@@ -47,7 +47,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from imaginejax.envs.base import Encoder, EnvParams, TaskEnv, make_level_params
+from imaginejax.envs.base import Encoder, EnvParams, EpisodeState, TaskEnv, make_level_params
+from imaginejax.envs.libero import instructions as instr
 from imaginejax.envs.libero import model as M
 from imaginejax.envs.libero import tasks
 from imaginejax.envs.libero.mjx_backend import MjxPhysics, physics_layout
@@ -67,8 +68,9 @@ SETTLE_STEPS: Final[int] = 1
 
 
 @struct.dataclass
-class EnvState:
-    """Environment state; every field gets a leading (B,) axis in the batched kernels.
+class EnvState(EpisodeState):
+    """Environment state: the episode fields of :class:`~imaginejax.envs.base.EpisodeState` and the world
+    below; every leaf gets a leading (B,) axis in the batched kernels.
 
     Attributes:
       hi, lo: (S,) float32 MuJoCo FULLPHYSICS state (S = 71: time, qpos, qvel) as ``hi + lo``
@@ -76,7 +78,6 @@ class EnvState:
       ctrl: (9,) float32 servo targets in force (7 joints, 2 fingers).
       vec: (44,) float32 the state vector.
       progress: :class:`tasks.Progress` (first state, stage).
-      t, task (row of ``params.goals``), instruction, done, success: as in every TaskEnv.
     """
 
     hi: jax.Array
@@ -84,17 +85,10 @@ class EnvState:
     ctrl: jax.Array
     vec: jax.Array
     progress: tasks.Progress
-    t: jax.Array
-    task: jax.Array
-    instruction: jax.Array
-    done: jax.Array
-    success: jax.Array
 
 
 def make_params(level: str, *, embed: Encoder | None = None) -> EnvParams:
     """:class:`EnvParams` of a LIBERO level (goal rows ``[task id, kind, a, b, layout]``; cap 500 steps)."""
-    from imaginejax.envs.libero import instructions as instr
-
     return make_level_params(level, tasks.level_goals(level), instr.level_instruction_table(level),
                              tasks.MAX_STEPS, embed=embed, reset_tries=RESET_TRIES)
 
@@ -163,7 +157,7 @@ def sample_layout(key: jax.Array, goal: jax.Array, tries: int) -> tuple[jax.Arra
     return qpos, ctrl
 
 
-class Libero(TaskEnv):
+class Libero(TaskEnv, tasks=tasks, instructions=instr.__name__, make_params=make_params):
     """LIBERO-style tabletop on MuJoCo C or MJX (see the module docstring). Stateless; the level lives in the params.
 
     Args:
@@ -171,23 +165,19 @@ class Libero(TaskEnv):
       nthread: MuJoCo C threads (default: all usable CPUs; unused by MJX).
     Raises:
       ValueError: an unknown backend (the valid ones are named) or ``nthread < 1``.
+
+    ``state_dim``, ``goal_dim``, ``levels``, ``success`` / ``reward`` / ``legal``, ``instructions(level)``,
+    ``default_params(level)`` and the state vector (the ``vec`` field) come from :mod:`.tasks`,
+    :mod:`.instructions` and :func:`make_params` (:class:`~imaginejax.envs.base.TaskEnv`).
     """
 
     task_salt = 0x11B3
 
     name: Final[str] = ENV_NAME
-    state_dim: Final[int] = tasks.STATE_DIM
     action_dim: Final[int] = M.ACTION_DIM
     num_actions: Final[int] = M.ACTION_DIM
-    action_low: Final[float] = -1.0
-    action_high: Final[float] = 1.0
-    goal_dim: Final[int] = tasks.GOAL_DIM
     discrete: Final[bool] = False
-    levels: Final[tuple[str, ...]] = tasks.LEVELS
 
-    success = staticmethod(tasks.success)
-    reward = staticmethod(tasks.reward)
-    legal = staticmethod(tasks.legal)
     update_progress = staticmethod(tasks.update_progress)
 
     def __init__(self, backend: str = "auto", nthread: int | None = None) -> None:
@@ -216,21 +206,6 @@ class Libero(TaskEnv):
             self._mjx = MjxPhysics()
         return self._mjx
 
-    @staticmethod
-    def instructions(level: str) -> tuple[str, ...]:
-        from imaginejax.envs.libero import instructions as instr
-
-        return instr.level_instructions(level)
-
-    @staticmethod
-    def default_params(level: str = "train", *, embed: Encoder | None = None) -> EnvParams:
-        return make_params(level, embed=embed)
-
-    @staticmethod
-    def state_vector(state: EnvState) -> jax.Array:
-        """(..., 44) state vectors."""
-        return state.vec
-
     # ------------------------------------------------------------------ physics
     @staticmethod
     def _qpos(hi: jax.Array) -> jax.Array:
@@ -257,24 +232,11 @@ class Libero(TaskEnv):
     # ------------------------------------------------------------------ batched kernels
     def reset_to_task_batch(self, keys: jax.Array, params: EnvParams, task: jax.Array,
                             phrasing: jax.Array | None = None) -> tuple[jax.Array, EnvState]:
-        """Resets B environments to given tasks.
-
-        Args:
-          keys: (B,) PRNG keys.
-          params: the level's :class:`EnvParams`.
-          task: (B,) int32 rows of ``params.goals``.
-          phrasing: optional (B,) int32 phrasing positions (modulo each task's count); sampled if None.
-        Returns: observations (B, 44+E) and the batched state.
-        """
+        """Resets B environments to given tasks (:meth:`TaskEnv.reset_to_task_batch`): obs (B, 44+E), state."""
         batch = keys.shape[0]
-        task = jnp.broadcast_to(jnp.asarray(task, jnp.int32), (batch,))
         split = jax.vmap(lambda k: jax.random.split(k, 2))(keys)
         k_phr, k_layout = split[:, 0], split[:, 1]
-        counts = params.phrasing_counts[task]
-        if phrasing is None:
-            phrasing = jax.vmap(lambda k, c: jax.random.randint(k, (), 0, c))(k_phr, counts)
-        phrasing = jnp.broadcast_to(jnp.asarray(phrasing, jnp.int32), (batch,)) % counts
-        instruction = params.phrasing_ids[task, phrasing]
+        task, instruction = self.task_instruction(k_phr, params, task, phrasing)
         goal = params.goals[task]
         qpos, ctrl = jax.vmap(lambda k, g: sample_layout(k, g, params.reset_tries))(k_layout, goal)
         hi, lo = self.physics_from_qpos(qpos)
@@ -283,8 +245,7 @@ class Libero(TaskEnv):
             hi, lo = self._advance(hi, lo, ctrl, active)
         vec = tasks.state_from_qpos(self._qpos(hi))
         state = EnvState(hi=hi, lo=lo, ctrl=ctrl, vec=vec, progress=tasks.Progress.initial(vec),
-                         t=jnp.zeros((batch,), jnp.int32), task=task, instruction=instruction.astype(jnp.int32),
-                         done=jnp.zeros((batch,), bool), success=jnp.zeros((batch,), bool))
+                         **self.episode_start(task, instruction))
         return self.observation_batch(state, params), state
 
     def step_batch(self, keys: jax.Array, state: EnvState, action: jax.Array, params: EnvParams

@@ -52,8 +52,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from imaginejax.envs.base import Encoder, EnvParams, TaskEnv, make_level_params
+from imaginejax.envs.base import Encoder, EnvParams, EpisodeState, TaskEnv, make_level_params
 from imaginejax.envs.mujoco_host import Backend, resolve_backend
+from imaginejax.envs.metaworld import instructions as instr
 from imaginejax.envs.metaworld import tasks
 from imaginejax.envs.metaworld.host import get_host
 from imaginejax.envs.metaworld.scenes import SENSOR_DIM
@@ -69,8 +70,9 @@ CPU_MJX_CHUNK: Final[int] = 4  # rows per MJX chunk on a CPU (MetaWorld(mjx_chun
 
 
 @struct.dataclass
-class EnvState:
-    """Environment state; every field gets a leading (B,) axis in the batched kernels.
+class EnvState(EpisodeState):
+    """Environment state: the episode fields of :class:`~imaginejax.envs.base.EpisodeState` and the world
+    below; every leaf gets a leading (B,) axis in the batched kernels.
 
     Attributes:
       phys: (S, 2) uint32 MuJoCo FULLPHYSICS state, the float64 bit pattern (exact; only the host reads it);
@@ -84,7 +86,6 @@ class EnvState:
       distractor: () int32 the distractor's slot; distractor_pose (7,) its pose at reset.
       reset_vector: (RAND_DIM,) float32 Meta-World's random reset vector of the episode (provenance:
         Meta-World's own env reset with it starts from the same state).
-      t, task (row of ``params.goals``), instruction, done, success: as in every TaskEnv.
     """
 
     phys: jax.Array
@@ -96,17 +97,10 @@ class EnvState:
     distractor: jax.Array
     distractor_pose: jax.Array
     reset_vector: jax.Array
-    t: jax.Array
-    task: jax.Array
-    instruction: jax.Array
-    done: jax.Array
-    success: jax.Array
 
 
 def make_params(level: str, *, embed: Encoder | None = None) -> EnvParams:
     """:class:`EnvParams` of a Meta-World level (goal rows ``[task id, index]``; cap 100 steps)."""
-    from imaginejax.envs.metaworld import instructions as instr
-
     return make_level_params(level, tasks.level_goals(level), instr.level_instruction_table(level),
                              tasks.MAX_STEPS, embed=embed, reset_tries=RESET_CANDIDATES)
 
@@ -127,7 +121,7 @@ def _with_distractor(vec: jax.Array, slot: jax.Array, pose: jax.Array) -> jax.Ar
     return jnp.concatenate([vec[:, :tasks.SLOT_START], slots.reshape(vec.shape[0], -1)], -1)
 
 
-class MetaWorld(TaskEnv):
+class MetaWorld(TaskEnv, tasks=tasks, instructions=instr.__name__, make_params=make_params):
     """Meta-World on MuJoCo C or MJX (see the module docstring). Stateless; the level lives in the params.
 
     Args:
@@ -139,20 +133,17 @@ class MetaWorld(TaskEnv):
         vmapping MJX buys nothing and large vmaps run out of memory: measured in that docstring).
     Raises:
       ValueError: unknown backend or task name; ``tasks`` with the MuJoCo C backend.
+
+    ``state_dim``, ``goal_dim``, ``levels``, ``success`` / ``reward`` / ``legal``, ``instructions(level)``,
+    ``default_params(level)`` and the state vector (the ``vec`` field) come from :mod:`.tasks`,
+    :mod:`.instructions` and :func:`make_params` (:class:`~imaginejax.envs.base.TaskEnv`).
     """
 
     task_salt = 0x3E7A
 
     name: Final[str] = ENV_NAME
-    state_dim: Final[int] = tasks.STATE_DIM
     action_dim: Final[int] = 4
-    goal_dim: Final[int] = tasks.GOAL_DIM
     discrete: Final[bool] = False
-    levels: Final[tuple[str, ...]] = tasks.LEVELS
-
-    success = staticmethod(tasks.success)
-    reward = staticmethod(tasks.reward)
-    legal = staticmethod(tasks.legal)
 
     def __init__(self, nthread: int | None = None, backend: Backend = "auto",
                  tasks: tuple[str, ...] | None = None, mjx_chunk: int | None | Literal["auto"] = "auto") -> None:
@@ -196,21 +187,6 @@ class MetaWorld(TaskEnv):
         return self._mjx
 
     @staticmethod
-    def instructions(level: str) -> tuple[str, ...]:
-        from imaginejax.envs.metaworld import instructions as instr
-
-        return instr.level_instructions(level)
-
-    @staticmethod
-    def default_params(level: str = "train", *, embed: Encoder | None = None) -> EnvParams:
-        return make_params(level, embed=embed)
-
-    @staticmethod
-    def state_vector(state: EnvState) -> jax.Array:
-        """(..., 91) state vectors."""
-        return state.vec
-
-    @staticmethod
     def task_id(state: EnvState, params: EnvParams) -> jax.Array:
         """(...) index into :data:`tasks.TASKS` of each row's task."""
         return params.goals[state.task, 0]
@@ -218,24 +194,11 @@ class MetaWorld(TaskEnv):
     # ------------------------------------------------------------------ batched kernels
     def reset_to_task_batch(self, keys: jax.Array, params: EnvParams, task: jax.Array,
                             phrasing: jax.Array | None = None) -> tuple[jax.Array, EnvState]:
-        """Resets B environments to given tasks (rows of ``params.goals``).
-
-        Args:
-          keys: (B,) PRNG keys.
-          params: the level's :class:`EnvParams`.
-          task: (B,) int32 rows of ``params.goals``.
-          phrasing: optional (B,) int32 phrasing positions (modulo each task's count); sampled if None.
-        Returns: observations (B, 91+E) and the batched state.
-        """
+        """Resets B environments to given tasks (:meth:`TaskEnv.reset_to_task_batch`): obs (B, 91+E), state."""
         batch = keys.shape[0]
-        task = jnp.broadcast_to(jnp.asarray(task, jnp.int32), (batch,))
         split = jax.vmap(lambda k: jax.random.split(k, 4))(keys)
         k_phr, k_rand, k_slot, k_pose = split[:, 0], split[:, 1], split[:, 2], split[:, 3]
-        counts = params.phrasing_counts[task]
-        if phrasing is None:
-            phrasing = jax.vmap(lambda k, c: jax.random.randint(k, (), 0, c))(k_phr, counts)
-        phrasing = jnp.broadcast_to(jnp.asarray(phrasing, jnp.int32), (batch,)) % counts
-        instruction = params.phrasing_ids[task, phrasing]
+        task, instruction = self.task_instruction(k_phr, params, task, phrasing)
         tid = params.goals[task, 0]
 
         low, high = jnp.asarray(tasks.RAND_LOW)[tid], jnp.asarray(tasks.RAND_HIGH)[tid]  # (B, R)
@@ -266,9 +229,7 @@ class MetaWorld(TaskEnv):
         dense = tasks.dense_reward(vec, tid, jnp.zeros((batch, 4)), extras)
         state = EnvState(phys=phys, ctrl=ctrl, sensors=sensors,
                          consts=consts, vec=vec, dense=dense, distractor=slot.astype(jnp.int32), distractor_pose=pose,
-                         reset_vector=rand.astype(jnp.float32),
-                         t=jnp.zeros((batch,), jnp.int32), task=task, instruction=instruction.astype(jnp.int32),
-                         done=jnp.zeros((batch,), bool), success=jnp.zeros((batch,), bool))
+                         reset_vector=rand.astype(jnp.float32), **self.episode_start(task, instruction))
         return self.observation_batch(state, params), state
 
     def step_batch(self, keys: jax.Array, state: EnvState, action: jax.Array, params: EnvParams
