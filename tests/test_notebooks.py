@@ -1,5 +1,5 @@
 """The notebooks under experiments/notebooks run end to end as a Colab user runs them: in a fresh virtual
-environment whose only packages are pip and ipykernel, the install cell installs ImagineJAX from this
+environment whose only packages are a current pip and ipykernel, the install cell installs ImagineJAX from this
 checkout (its committed HEAD, through ``IMAGINEJAX_REPO_URL=file://...``, the override of the form field)
 and the weight packages (``imaginejax setup-weights``), then every cell runs (nbclient, a fresh kernel
 each) and shows what it promises: the quick-start success table, the imaginer's generated rollouts
@@ -45,6 +45,8 @@ def fresh_kernel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     with pytest.MonkeyPatch.context() as patch:
         for key, value in constraints.items():
             patch.setenv(key, value)
+        # A current pip, as on Colab (the venv's bundled one may predate file:// URLs in requirements).
+        subprocess.run([str(python), "-m", "pip", "install", "-q", "--upgrade", "pip"], check=True)
         subprocess.run([str(python), "-m", "pip", "install", "-q", "ipykernel"], check=True)
         spec = root / "jupyter" / "kernels" / KERNEL
         spec.mkdir(parents=True)
