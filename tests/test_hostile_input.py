@@ -31,18 +31,14 @@ from imaginejax.data.collect import collect, random_policy
 from imaginejax.interop.reference import export_reference, import_reference, load_npy, read_reference_file
 from imaginejax.data.safe_pickle import read_pickle
 
+from dataset_helpers import assert_bit_exact, random_babyai_dataset
+
 REPO = Path(__file__).resolve().parents[1]
-FIELDS = ("states", "actions", "rewards", "mask", "terminals", "truncations", "instruction_ids", "goals",
-          "instruction_embeddings")
 
 
 @pytest.fixture(scope="module")
 def babyai() -> TrajectoryDataset:
-    env, params = envs.make("babyai", "train", embed=False)
-    ds = collect(env, params, random_policy(env.num_actions), jax.random.PRNGKey(3), 8, chunk_size=8,
-                 progress=False)
-    table = np.random.default_rng(0).normal(size=(len(ds.instructions), 8)).astype(np.float32)
-    return dataclasses.replace(ds, instruction_embeddings=table)
+    return random_babyai_dataset(8, key_seed=3, embed_dim=8, table_seed=0)
 
 
 @pytest.fixture(scope="module")
@@ -51,12 +47,6 @@ def clevr() -> tuple[TrajectoryDataset, EnvFacts]:
     ds = collect(env, params, random_policy(env.num_actions), jax.random.PRNGKey(0), 8, chunk_size=8,
                  progress=False)
     return ds, EnvFacts.of(env)
-
-
-def assert_bit_exact(a: TrajectoryDataset, b: TrajectoryDataset) -> None:
-    for name in FIELDS:
-        x, y = getattr(a, name), getattr(b, name)
-        assert x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes(), name
 
 
 def write_npy_pickle(path: Path, stream: bytes) -> Path:

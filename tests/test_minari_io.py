@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-import jax
 import minari
 import numpy as np
 import pytest
@@ -15,32 +14,24 @@ from gymnasium import spaces
 from minari.data_collector import EpisodeBuffer
 from minari.dataset.minari_storage import MinariStorage
 
-from imaginejax import envs
 from imaginejax.data import DatasetError, TrajectoryDataset
-from imaginejax.data.collect import collect, random_policy
 from imaginejax.interop.minari_io import EMBEDDINGS_FILE, from_minari, to_minari
 
-FIELDS = ("states", "actions", "rewards", "mask", "terminals", "truncations", "instruction_ids", "goals",
-          "instruction_embeddings")
+import dataset_helpers
+from dataset_helpers import random_babyai_dataset
+
 
 
 @pytest.fixture(scope="module")
 def dataset() -> TrajectoryDataset:
     """12 random-policy BabyAI trajectories (successes and time limits) with a 6-d embedding table."""
-    env, params = envs.make("babyai", "train", embed=False)
-    ds = collect(env, params, random_policy(env.num_actions), jax.random.PRNGKey(5), 12, chunk_size=12,
-                 progress=False)
+    ds = random_babyai_dataset(12, key_seed=5, embed_dim=6, table_seed=1)
     assert ds.terminals.any() and ds.truncations.any()
-    table = np.random.default_rng(1).normal(size=(len(ds.instructions), 6)).astype(np.float32)
-    return dataclasses.replace(ds, instruction_embeddings=table)
+    return ds
 
 
 def assert_bit_exact(a: TrajectoryDataset, b: TrajectoryDataset) -> None:
-    for name in FIELDS:
-        x, y = getattr(a, name), getattr(b, name)
-        assert x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes(), name
-    assert (a.instructions, a.env, a.level, a.source, a.discrete, a.provenance) == (
-        b.instructions, b.env, b.level, b.source, b.discrete, b.provenance)
+    dataset_helpers.assert_bit_exact(a, b, ("instructions", "env", "level", "source", "discrete", "provenance"))
 
 
 @pytest.mark.parametrize("data_format", ["hdf5", "arrow"])

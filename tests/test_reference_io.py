@@ -10,13 +10,10 @@ import os
 import pickle
 from pathlib import Path
 
-import jax
 import numpy as np
 import pytest
 
-from imaginejax import envs
 from imaginejax.data import DatasetError, TrajectoryDataset, load_dataset
-from imaginejax.data.collect import collect, random_policy
 from imaginejax.interop.reference import (
     export_reference,
     import_reference,
@@ -25,8 +22,9 @@ from imaginejax.interop.reference import (
     reference_arrays,
 )
 
-FIELDS = ("states", "actions", "rewards", "mask", "terminals", "truncations", "instruction_ids", "goals",
-          "instruction_embeddings")
+import dataset_helpers
+from dataset_helpers import random_babyai_dataset
+
 S = 17  # BabyAI state width
 CAP = 128  # BabyAI step cap
 
@@ -34,20 +32,13 @@ CAP = 128  # BabyAI step cap
 @pytest.fixture(scope="module")
 def dataset() -> TrajectoryDataset:
     """16 random-policy BabyAI trajectories (both successes and time limits) with an 8-d embedding table."""
-    env, params = envs.make("babyai", "train", embed=False)
-    ds = collect(env, params, random_policy(env.num_actions), jax.random.PRNGKey(3), 16, chunk_size=16,
-                 progress=False)
+    ds = random_babyai_dataset(16, key_seed=3, embed_dim=8, table_seed=0)
     assert ds.terminals.any() and ds.truncations.any()
-    table = np.random.default_rng(0).normal(size=(len(ds.instructions), 8)).astype(np.float32)
-    return dataclasses.replace(ds, instruction_embeddings=table)
+    return ds
 
 
 def assert_bit_exact(a: TrajectoryDataset, b: TrajectoryDataset) -> None:
-    for name in FIELDS:
-        x, y = getattr(a, name), getattr(b, name)
-        assert x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes(), name
-    assert (a.instructions, a.env, a.level, a.source, a.discrete) == (b.instructions, b.env, b.level, b.source,
-                                                                      b.discrete)
+    dataset_helpers.assert_bit_exact(a, b, ("instructions", "env", "level", "source", "discrete"))
 
 
 def write_npy_dict(path: Path, arrays: dict) -> Path:
