@@ -83,9 +83,9 @@ def locate(distribution: str) -> Path:
     try:
         found = importlib.metadata.distribution(pkg.distribution)
     except importlib.metadata.PackageNotFoundError:
-        raise MissingWeights(f"{pkg.reader} needs the package {pkg.distribution!r}, which is not installed: {fix}") from None
+        raise MissingWeights(f"the package {pkg.distribution!r}, read by {pkg.reader}, is not installed: {fix}") from None
     if found.version != pkg.version:
-        raise MissingWeights(f"{pkg.reader} needs {pip_requirement(pkg)}, found {found.version}: {fix}")
+        raise MissingWeights(f"{pkg.reader} reads {pip_requirement(pkg)}, found {found.version}: {fix}")
     path = Path(str(found.locate_file(pkg.path)))
     if not path.exists():
         raise MissingWeights(f"{pkg.distribution} {found.version} is installed but {path} is missing: {fix}")

@@ -74,7 +74,7 @@ def test_metaworld_missing_is_one_line_naming_setup_weights(monkeypatch: pytest.
         cached.cache_clear()
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1, err
-    assert "'metaworld', which is not installed" in err and "imaginejax setup-weights" in err
+    assert "'metaworld', read by the Meta-World scenes (imaginejax.envs.metaworld), is not installed" in err and "imaginejax setup-weights" in err
     assert "pip install --no-deps metaworld==3.1.1" in err
 
 
