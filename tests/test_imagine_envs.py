@@ -76,6 +76,20 @@ def env_imaginer(env_name: str, **kwargs: Any):
                          fixed_action=1, **kwargs)
 
 
+def check_categories_partition_legal(violations: Any, legal: Any, states: np.ndarray, min_legal: float
+                                     ) -> dict[str, np.ndarray]:
+    """``violations(states)`` names a cause for exactly the states that ``legal(states)`` rejects, every
+    category occurs, and the legal fraction lies in (``min_legal``, 0.95); returns the categories (N,) bool."""
+    categories = {name: np.asarray(v) for name, v in violations(jnp.asarray(states)).items()}
+    any_category = np.any(np.stack(list(categories.values())), axis=0)
+    legal_rows = np.asarray(legal(jnp.asarray(states)))
+    np.testing.assert_array_equal(any_category, ~legal_rows)
+    for name, values in categories.items():
+        assert values.any(), name  # every category occurs
+    assert min_legal < legal_rows.mean() < 0.95
+    return categories
+
+
 def check_successful_expert_scores(ds: TrajectoryDataset, no_simulator: str) -> None:
     """Expert trajectories that all succeed, of an environment without a simulator check: the
     report's step-by-step success is the environment's own terminals, every state is legal, goal
@@ -300,14 +314,8 @@ def test_cheetah_categories_partition_env_legal() -> None:
     states = rng.normal(0.0, [0.8, 1.0, 3.0] + [1.0] * 6 + [20.0] * 3 + [60.0] * 6, (4000, 18))
     states = states.astype(np.float32)
     states[:5, 4] = np.nan
-    categories = cheetah_violations(jnp.asarray(states))
-    any_category = np.any(np.stack([np.asarray(v) for v in categories.values()]), axis=0)
-    legal = np.asarray(ct.legal(jnp.asarray(states)))
-    np.testing.assert_array_equal(any_category, ~legal)
-    for name, values in categories.items():
-        assert np.asarray(values).any(), name  # every category occurs
-    assert 0.05 < legal.mean() < 0.95
-    assert np.asarray(categories["non-finite"])[:5].all()
+    categories = check_categories_partition_legal(cheetah_violations, ct.legal, states, min_legal=0.05)
+    assert categories["non-finite"][:5].all()
     # The simulator leaves non-finite rows non-finite (they score as infinitely wrong).
     rules = quality_rules("cheetah")
     out = np.asarray(rules.simulate(jnp.asarray(states[:8]), jnp.zeros((8, 6))))
@@ -353,11 +361,7 @@ def test_metaworld_categories_partition_env_legal() -> None:
         quat /= np.linalg.norm(quat, axis=1, keepdims=True)
         states[:, start + 3:start + 7] = quat * rng.choice([1.0, 1.2], (4000, 1), p=[0.9, 0.1])
     states[:5, 40] = np.nan
-    categories = metaworld_violations(jnp.asarray(states))
-    any_category = np.any(np.stack([np.asarray(v) for v in categories.values()]), axis=0)
-    legal = np.asarray(mt.legal(jnp.asarray(states)))
-    np.testing.assert_array_equal(any_category, ~legal)
-    assert all(np.asarray(v).any() for v in categories.values()) and 0.02 < legal.mean() < 0.95
+    check_categories_partition_legal(metaworld_violations, mt.legal, states, min_legal=0.02)
 
 
 def test_metaworld_projection_repairs_each_field() -> None:
@@ -504,11 +508,7 @@ def test_libero_categories_partition_env_legal() -> None:
     states[which == 3, 16:19] += 0.8 * noise[which == 3, 16:19]      # the can's position
     states[which == 4, 40:44] *= rng.choice([1.0, 1.1], (int((which == 4).sum()), 1))  # basket quaternion
     states[which == 5, 9] = np.nan
-    categories = libero_violations(jnp.asarray(states))
-    any_category = np.any(np.stack([np.asarray(v) for v in categories.values()]), axis=0)
-    legal = np.asarray(lt.legal(jnp.asarray(states)))
-    np.testing.assert_array_equal(any_category, ~legal)
-    assert all(np.asarray(v).any() for v in categories.values()) and 0.05 < legal.mean() < 0.95
+    check_categories_partition_legal(libero_violations, lt.legal, states, min_legal=0.05)
 
 
 def test_libero_projection_repairs_each_field_and_keeps_legal_states() -> None:

@@ -138,12 +138,18 @@ def _table(rows: list[dict]) -> str:
                      f"ours {r['first_ours']}" for r in rows)
 
 
-def test_exact_parity_same_mujoco_zero_warm_start(port) -> None:
-    """Reference 1: the port reproduces Meta-World to float32 rounding, rewards and success included."""
+def _parity_rows(port, zero_warmstart: bool) -> list[dict]:
+    """The reference's and the port's replays of the same cases compared task by task (printed as a table)."""
     env, params, state = port
-    ref = run_reference(sys.executable, _cases(params, state, zero_warmstart=True))
+    ref = run_reference(sys.executable, _cases(params, state, zero_warmstart=zero_warmstart))
     rows = _compare(params, _replay(env, params, state, ref), ref)
     print("\n" + _table(rows))
+    return rows
+
+
+def test_exact_parity_same_mujoco_zero_warm_start(port) -> None:
+    """Reference 1: the port reproduces Meta-World to float32 rounding, rewards and success included."""
+    rows = _parity_rows(port, zero_warmstart=True)
     for r in rows:
         assert r["steps"] >= 50 or r["first_ours"] is not None, r["task"]
         assert r["hand"] < 1e-6 and r["tcp"] < 1e-6 and r["object"] < 1e-6 and r["opening"] < 2e-6, _table([r])
@@ -158,10 +164,7 @@ def test_exact_parity_same_mujoco_zero_warm_start(port) -> None:
 
 def test_parity_with_metaworld_warm_start(port) -> None:
     """Reference 2: Meta-World carries the solver warm start; the port starts each step from zero."""
-    env, params, state = port
-    ref = run_reference(sys.executable, _cases(params, state, zero_warmstart=False))
-    rows = _compare(params, _replay(env, params, state, ref), ref)
-    print("\n" + _table(rows))
+    rows = _parity_rows(port, zero_warmstart=False)
     for r in rows:
         assert r["hand"] < 5e-3 and r["object"] < 5e-3, _table([r])
         assert r["first_ours"] == r["first_ref"], _table([r])

@@ -127,16 +127,23 @@ def _toy_trainer():
                       {"train": (env, env.default_params())})
 
 
-def test_damaged_or_foreign_checkpoints_are_refused(tmp_path):
+def _toy_sweep(runs: int):
+    """The toy BC trainer, ``runs`` keys, hyperparameters (learning rate 1e-3 each) and 32 expert
+    trajectories' transitions: what ``trainer.train(keys, hp, real, ...)`` takes."""
     import jax
     from imaginejax.algos.bc import BCHyperparams
     from imaginejax.data.transitions import to_transitions
     from toy_env import expert_dataset
 
-    trainer = _toy_trainer()
-    real = to_transitions(expert_dataset(32))
-    keys = jax.random.split(jax.random.PRNGKey(0), 2)
-    hp = BCHyperparams(learning_rate=jnp.full((2,), 1e-3, jnp.float32))
+    keys = jax.random.split(jax.random.PRNGKey(0), runs)
+    hp = BCHyperparams(learning_rate=jnp.full((runs,), 1e-3, jnp.float32))
+    return _toy_trainer(), keys, hp, to_transitions(expert_dataset(32))
+
+
+def test_damaged_or_foreign_checkpoints_are_refused(tmp_path):
+    from imaginejax.algos.bc import BCHyperparams
+
+    trainer, keys, hp, real = _toy_sweep(2)
     ckpt = tmp_path / "ckpt"
     trainer.train(keys, hp, real, log=None, checkpoint_dir=ckpt)
     # A finished sweep is not overwritten by accident.
@@ -168,16 +175,9 @@ def test_damaged_or_foreign_checkpoints_are_refused(tmp_path):
 def test_interval_events_drive_progress_over_chunks_and_resume(tmp_path):
     import io
 
-    import jax
-    from imaginejax.algos.bc import BCHyperparams
-    from imaginejax.data.transitions import to_transitions
     from imaginejax.progress import IntervalProgress
-    from toy_env import expert_dataset
 
-    trainer = _toy_trainer()
-    real = to_transitions(expert_dataset(32))
-    keys = jax.random.split(jax.random.PRNGKey(0), 3)
-    hp = BCHyperparams(learning_rate=jnp.full((3,), 1e-3, jnp.float32))
+    trainer, keys, hp, real = _toy_sweep(3)
     events, lines = [], []
     trainer.train(keys, hp, real, log=lines.append, on_interval=events.append, runs_per_chunk=2, mesh=None,
                   checkpoint_dir=tmp_path / "ckpt")
@@ -200,15 +200,7 @@ def test_interval_events_drive_progress_over_chunks_and_resume(tmp_path):
 def test_a_checkpoint_with_an_edited_interval_is_never_resumed(tmp_path, interval):
     """``"interval": 2`` edited to 1 in manifest.json resumed silently from the wrong point (and to 3 raised
     a bare IndexError); now resuming stops with a CheckpointError naming the checkpoint and the previous one."""
-    import jax
-    from imaginejax.algos.bc import BCHyperparams
-    from imaginejax.data.transitions import to_transitions
-    from toy_env import expert_dataset
-
-    trainer = _toy_trainer()
-    real = to_transitions(expert_dataset(32))
-    keys = jax.random.split(jax.random.PRNGKey(0), 2)
-    hp = BCHyperparams(learning_rate=jnp.full((2,), 1e-3, jnp.float32))
+    trainer, keys, hp, real = _toy_sweep(2)
     ckpt = tmp_path / "ckpt"
     trainer.train(keys, hp, real, log=None, checkpoint_dir=ckpt)
     (first, _), (last, latest) = list_checkpoints(ckpt / "chunk-000")
