@@ -29,8 +29,9 @@ A workspace directory (``--out``) holds::
     imaginary/imaginer/   the imaginer's fine-tuning run (imagine.source = "imaginer")
     imaginary/<env>-<level>-imaginary/   imaginary datasets
     runs/<algorithm>/     sweep.json, metrics.jsonl, metrics.csv, train.log, checkpoints/
-    figures/              curves-<level>.png, curves.csv, bars.png, bars.csv, results.md
-    results.md            the results table
+    random.json           the random policy's success per level (the floor on the bar chart)
+    figures/              curves.png, curves.csv, bars.png, bars.csv, results.md (IQM)
+    results.md            the results table (IQM; ``report --statistic mean``: results-mean.md, figures-mean/)
 
 Re-running with a configuration that would change results (data, imagine or train sections, except the
 list of algorithms) in an existing workspace is refused with the differing fields named.
@@ -63,7 +64,7 @@ from imaginejax.engine import EngineConfig, make_train
 from imaginejax.files import write_json, write_text
 from imaginejax.lang import encode_instructions
 from imaginejax.paths import cache_root
-from imaginejax.progress import IntervalProgress, MetricSinks
+from imaginejax.progress import IntervalProgress, MetricSinks, format_seconds
 from imaginejax.report import table
 from imaginejax.results import SOURCES_FILE, Results, TrainedRuns, from_sweep, save_task_success, task_names
 from imaginejax.sweep import Sweep, run_sweep
@@ -451,6 +452,7 @@ def train_algorithm(config: Config, name: str, spec: Spec, eval_levels: dict[str
         f"{', '.join(d or 'real only' for d in data)}), {t.updates} updates each, batch {batch_size}, "
         f"{t.intervals} evaluations of {', '.join(f'{lv} {n}' for lv, n in episodes.items())} episodes "
         f"(every task equally often) -> {run_dir}")
+    progress.compiling()
     try:
         result = run_sweep(trainer, sweep, base_hp, real, dict(imag) or None,
                            memory_budget=(t.memory_budget_mb << 20) if t.memory_budget_mb else None,
@@ -479,6 +481,26 @@ def algorithm_shapes(config: Config, name: str) -> tuple[NetConfig | None, dict[
 # Workspace
 # ---------------------------------------------------------------------------------------------------
 WORKSPACE_FILE = "workspace.json"
+RANDOM_FILE = "random.json"
+
+
+def random_policy_success(config: Config, eval_levels: dict[str, tuple[Any, Any]], spec: Spec) -> dict[str, float]:
+    """Success rate of the uniformly random policy per level (discrete actions), evaluated as every run is:
+    the floor drawn on the bar chart. Empty for continuous actions."""
+    from imaginejax.evaluation import evaluate
+
+    if not spec.discrete:
+        return {}
+    episodes = eval_episodes(config, eval_levels)
+
+    def policy(obs: jax.Array, key: jax.Array) -> jax.Array:
+        return jax.random.randint(key, obs.shape[:1], 0, spec.action_dim)
+
+    def success(env: Any, params: Any, episodes: int) -> float:
+        run = jax.jit(lambda key: evaluate(policy, env, params, key, episodes).success_rate)
+        return float(run(jax.random.PRNGKey(0)))
+
+    return {level: success(env, params, episodes[level]) for level, (env, params) in eval_levels.items()}
 
 
 def _results_key(config: Config) -> dict[str, Any]:
@@ -547,6 +569,69 @@ def source_summary(datasets: Sequence[TrajectoryDataset]) -> dict[str, Any]:
             "filters": provenance.get("filters", [])}
 
 
+# Seconds per unit of work on a CPU, for the plan's rough estimate (see docs/estimates.md).
+ROUGH_SECONDS = {"compile": 90.0, "sample": 2e-7, "eval_step": 1e-5, "rollout": 2.0, "finetune_step": 1.5}
+
+
+def plan(config: Config, out: str | Path, *, imaginary_given: bool = False, real_given: bool = False) -> str:
+    """What :func:`train` is about to do, before it does it: data, imaginer (fine-tuned or loaded, and how
+    to skip fine-tuning), algorithms, runs, levels, evaluation episodes, updates, and a rough time
+    estimate from these sizes (``ROUGH_SECONDS`` per unit of work; compilation dominates small runs)."""
+    from imaginejax.imaginer.finetune import PRESETS
+
+    d, im, t = config.data, config.imagine, config.train
+    levels = tuple(t.eval_levels or envs.ENV_LEVELS[d.env])
+    bare_levels = {lv: envs.make(d.env, lv) for lv in levels}
+    algos = tuple(t.algos) or algo_registry.registered(bool(next(iter(bare_levels.values()))[0].discrete))
+    conditions = data_conditions(config)
+    novel = [lv for lv in envs.ENV_LEVELS[d.env] if lv != "train"]
+    sources = [""] if "real" in conditions else []
+    for condition in ("imaginary", "oracle"):
+        if condition in conditions or (condition == "imaginary" and imaginary_given):
+            sources += [f"{condition}/pooled"] if t.protocol == "pooled" else [f"{condition}/{lv}" for lv in novel]
+    ratios = max(1, len([r for r in t.ratios if r > 0]))
+    configs = ("real" in conditions) + (len(sources) - ("real" in conditions)) * ratios
+    runs = t.seeds * configs  # per algorithm, before swept hyperparameters
+    eval_steps = eval_steps_per_run(config, bare_levels)
+    seconds = len(algos) * (ROUGH_SECONDS["compile"] + runs * t.updates * t.batch_size * ROUGH_SECONDS["sample"]
+                            + runs * t.intervals * eval_steps * ROUGH_SECONDS["eval_step"])
+    lines = [f"plan ({d.env}, preset {config.name or 'custom'}) -> {out}:",
+             "  real data: " + ("the given --real datasets" if real_given else
+                                f"{d.episodes} expert trajectories of train (cached in {data_root(config)})")]
+    imagined = imagined_levels(config)
+    if imaginary_given:
+        lines.append("  imaginary data: the given --imaginary datasets (no imaginer)")
+    elif "imaginary" in conditions and im.source == "imaginer":
+        rollouts = sum(level_episodes(config, lv) for lv in imagined)
+        seconds += rollouts * ROUGH_SECONDS["rollout"]
+        if im.preset == "shipped":
+            lines.append(f"  imaginary data: the package's trained {d.env} imaginer, loaded (no fine-tuning)")
+        else:
+            steps = int(dict(im.finetune).get("num_steps", PRESETS[im.preset].num_steps))
+            seconds += steps * ROUGH_SECONDS["finetune_step"]
+            lines.append(f"  imaginary data: FINE-TUNES imaginer preset {im.preset!r} for {steps} steps on the real "
+                         f"data first (resumable, in {Path(out) / 'imaginary' / 'imaginer'}); skip it with --set "
+                         "imagine.preset=shipped (a trained imaginer, where one ships), --set imagine.source=oracle "
+                         "or none, or --imaginary DIR")
+        lines.append(f"    then {rollouts} imaginary rollouts for {', '.join(imagined)}")
+    elif "imaginary" in conditions and im.source == "oracle":
+        lines.append(f"  imaginary data: oracle expert rollouts of {', '.join(imagined)} (no imaginer)")
+    else:
+        lines.append("  imaginary data: none")
+    if "oracle" in conditions:
+        lines.append(f"  oracle data: expert rollouts of {', '.join(imagined)} (cached)")
+    lines += [f"  algorithms: {', '.join(algos)}" + ("" if t.algos else " (every registered one; choose with --algo "
+                                                     "or train.algos)"),
+              f"  runs: {runs} per algorithm ({t.seeds} seeds × {configs} data configurations"
+              + (", × swept hyperparameters" if any(a.sweep for a in t.algo.values()) else "") + f"), {t.updates} "
+              f"updates each (batch {t.batch_size})",
+              f"  evaluation: {t.intervals} times, episodes per level: "
+              + ", ".join(f"{lv} {n}" for lv, n in eval_episodes(config, bare_levels).items()),
+              f"  estimate: roughly {format_seconds(seconds)} on a {jax.default_backend().upper()} (rough, from these "
+              "sizes; a loaded machine or a small run dominated by compilation can take several times longer)"]
+    return "\n".join(lines)
+
+
 @dataclasses.dataclass
 class TrainOutcome:
     """What :func:`train` did: every algorithm's runs, the workspace, seconds per algorithm."""
@@ -568,6 +653,7 @@ def train(config: Config, out: str | Path, *, real_paths: Sequence[str | Path] =
       log: message sink.
     """
     out = open_workspace(out, config)
+    log(plan(config, out, imaginary_given=bool(imaginary_paths), real_given=bool(real_paths)))
     env_name = config.data.env
     log(f"data ({env_name}):")
     real = load_datasets(real_paths, "real", env_name) if real_paths else real_data(config, log)
@@ -595,6 +681,9 @@ def train(config: Config, out: str | Path, *, real_paths: Sequence[str | Path] =
               for name, datasets in sources.items()}
     summaries = {name: source_summary(datasets) for name, datasets in sources.items()}
     write_json(out / SOURCES_FILE, summaries)
+    if not (out / RANDOM_FILE).exists():
+        write_json(out / RANDOM_FILE, {"policy": "uniformly random actions",
+                                       "success": random_policy_success(config, eval_levels, spec)})
     results, seconds = Results(runs=(), levels=(), sources=json.loads(json.dumps(summaries))), {}
     for name in algorithm_names(config, spec):
         start = time.perf_counter()
@@ -604,10 +693,22 @@ def train(config: Config, out: str | Path, *, real_paths: Sequence[str | Path] =
     return TrainOutcome(workspace=out, results=results, seconds=seconds)
 
 
+def report_paths(out: str | Path, statistic: str) -> tuple[Path, Path]:
+    """Where a statistic's table and figures go: ``results.md`` and ``figures/`` for the default IQM,
+    ``results-<statistic>.md`` and ``figures-<statistic>/`` otherwise, so no statistic overwrites another's."""
+    suffix = "" if statistic == "iqm" else f"-{statistic}"
+    return Path(out) / f"results{suffix}.md", Path(out) / f"figures{suffix}"
+
+
+def _workspace_of(out: Path) -> Path | None:
+    """The workspace holding ``out`` (itself, or the workspace of a ``runs/<algo>`` directory)."""
+    return next((d for d in (out, out.parent.parent) if (d / WORKSPACE_FILE).exists()), None)
+
+
 def report(results: Results, out: str | Path, config: Config, *, figures: bool | None = None,
            log: Log = log_stderr) -> str:
-    """The results tables (:func:`imaginejax.report.table`) written to ``out/results.md``, and the figures
-    to ``out/figures/`` (``report.figures``, or ``figures`` when given); returns the tables.
+    """The results tables (:func:`imaginejax.report.table`) and the figures (``report.figures``, or
+    ``figures`` when given) written to :func:`report_paths`; returns the tables.
 
     Args:
       results: in memory from :func:`train`, or :func:`imaginejax.results.load_sweep` of a directory.
@@ -617,13 +718,20 @@ def report(results: Results, out: str | Path, config: Config, *, figures: bool |
     """
     r = config.report
     text = table(results, r.statistic, r.reps, r.seed, r.last)
-    write_text(Path(out) / "results.md", text + "\n")
+    table_path, figures_dir = report_paths(out, r.statistic)
+    write_text(table_path, text + "\n")
     if r.figures if figures is None else figures:
         from imaginejax.figures import write_figures
 
-        written = write_figures(results, Path(out) / "figures", statistic=r.statistic, reps=r.reps, seed=r.seed,
-                                last=r.last)
-        log(f"figures: {', '.join(sorted(p.name for p in written.values()))} in {Path(out) / 'figures'}")
+        workspace = _workspace_of(Path(out))
+        env = floor = None
+        if workspace is not None:
+            env = json.loads((workspace / WORKSPACE_FILE).read_text())["config"]["data"]["env"]
+            if (workspace / RANDOM_FILE).exists():
+                floor = json.loads((workspace / RANDOM_FILE).read_text())["success"]
+        written = write_figures(results, figures_dir, statistic=r.statistic, reps=r.reps, seed=r.seed,
+                                last=r.last, env=env, floor=floor)
+        log(f"figures: {', '.join(sorted(p.name for p in written.values()))} in {figures_dir}")
     return text
 
 

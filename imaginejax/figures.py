@@ -6,10 +6,11 @@ estimate (IQM by default, or the mean) over seeds and its stratified-bootstrap 9
 
 Output (:func:`write_figures`), everything under one directory:
 
-* ``curves-<level>.png`` — success rate (%) against gradient updates, one line per group with its 95 %
-  band; ``curves.csv`` — the plotted numbers (group, level, step, n, point, low, high, mean);
-* ``bars.png`` — final success rate per level, one bar per group with its 95 % interval;
-  ``bars.csv`` — the plotted numbers;
+* ``curves.png`` — success rate (%) against gradient updates: one panel row per algorithm, one column
+  per level, one line per data condition (ratio, hyperparameters) with its 95 % band; ``curves.csv`` —
+  the plotted numbers (group, level, step, n, point_pct, low_pct, high_pct, mean_pct);
+* ``bars.png`` — final success rate per level, one bar per group with its 95 % interval and, when
+  given, the random policy's success as a dashed line; ``bars.csv`` — the plotted numbers;
 * ``results.md`` — the plain table of :func:`imaginejax.report.table`;
 * ``protocol.png`` / ``protocol.csv`` — for sweeps whose runs name their data source, per level the
   three data conditions side by side (:func:`imaginejax.report.protocol_rows`).
@@ -61,21 +62,122 @@ def final_rows(groups: Sequence[Group], levels: Sequence[str], statistic: str = 
     return curve_rows(last, levels, statistic, reps, seed)
 
 
-def _styles(groups: Sequence[Group]) -> dict[str, tuple[Any, str, str]]:
-    """Group label -> (colour, line style, bar hatch): one colour per algorithm, one line style / hatch
-    per configuration within it, so curves stay distinguishable beyond ten groups."""
+def _line_styles(groups: Sequence[Group]) -> dict[str, tuple[Any, str]]:
+    """Group label -> (colour, line style). With named data sources the colour is the condition (real only
+    grey, imaginary blue, oracle green) and the line style tells the sources (levels, ratios) apart;
+    otherwise one colour per configuration, the same in every algorithm's row."""
     import matplotlib
 
     palette = matplotlib.colormaps["tab10"].colors
+    dashes = ("-", "--", ":", "-.")
+    if any(g.data for g in groups):
+        colours = {"": "#7f7f7f", "imaginary": "#1f77b4", "oracle": "#2ca02c"}
+        out, seen = {}, {}
+        for g in groups:
+            kind = g.data.split("/", 1)[0]
+            k = seen[g.algo, kind] = seen.get((g.algo, kind), -1) + 1
+            out[g.label] = (colours.get(kind, palette[3]), dashes[k % len(dashes)])
+        return out
+    conditions = list(dict.fromkeys(_condition(g) for g in groups))
+    return {g.label: (palette[conditions.index(_condition(g)) % len(palette)],
+                      dashes[conditions.index(_condition(g)) // len(palette) % len(dashes)]) for g in groups}
+
+
+def _shown(group: Group, level: str) -> bool:
+    """Whether a level's panel draws the group: a novel level shows the real-only runs and the runs that
+    mixed in that level's own (or the pooled) data, the comparison of the reference protocol."""
+    return not group.data or level == "train" or group.data.endswith((f"/{level}", "/pooled"))
+
+
+def _condition(group: Group) -> str:
+    """The group's label without its algorithm: its data condition, ratio and varying hyperparameters."""
+    return group.label.removeprefix(f"{group.algo}, ") or group.algo
+
+
+def _title(results: Results, groups: Sequence[Group], env: str | None, name: str) -> str:
+    """``<env>: <statistic> over <n> seeds, <updates> updates`` (the environment when known)."""
+    seeds = sorted({int(g.success[results.levels[0]].shape[1]) for g in groups})
+    updates = sorted({int(g.steps[-1]) for g in groups})
+    return (f"{env + ': ' if env else ''}{name} over {'/'.join(map(str, seeds))} seeds, "
+            f"{'/'.join(f'{u:,}' for u in updates)} updates, 95 % stratified-bootstrap intervals")
+
+
+def _save_curves(curves: Sequence[Mapping[str, Any]], groups: Sequence[Group], levels: Sequence[str], path: Path,
+                 title: str, name: str) -> None:
+    """One panel row per algorithm, one column per level; each condition of the algorithm a line with its band."""
+    import matplotlib.pyplot as plt
+
     algos = list(dict.fromkeys(g.algo for g in groups))
-    seen: dict[str, int] = {}
-    out = {}
-    for g in groups:
-        k = seen.get(g.algo, 0)
-        seen[g.algo] = k + 1
-        out[g.label] = (palette[algos.index(g.algo) % len(palette)], ("-", "--", ":", "-.")[k % 4],
-                        ("", "//", "..", "xx")[k % 4])
-    return out
+    styles = _line_styles(groups)
+    fig, axes = plt.subplots(len(algos), len(levels), figsize=(2.9 * len(levels) + 2.6, 2.3 * len(algos) + 0.8),
+                             sharex=True, sharey=True, squeeze=False)
+    for row, algo in enumerate(algos):
+        for col, level in enumerate(levels):
+            ax = axes[row][col]
+            for group in (g for g in groups if g.algo == algo and _shown(g, level)):
+                rows = [r for r in curves if r["group"] == group.label and r["level"] == level]
+                x = [r["step"] for r in rows]
+                colour, dashes = styles[group.label]
+                ax.plot(x, [100 * r["point"] for r in rows], color=colour, linestyle=dashes, marker="o",
+                        markersize=3, label=_condition(group))
+                ax.fill_between(x, [100 * r["low"] for r in rows], [100 * r["high"] for r in rows],
+                                color=colour, alpha=0.12, linewidth=0)
+            ax.set_ylim(-2, 102)
+            ax.grid(alpha=0.3)
+            if row == 0:
+                ax.set_title(level)
+            if row == len(algos) - 1:
+                ax.set_xlabel("gradient updates")
+            if col == 0:
+                ax.set_ylabel(f"{algo}\nsuccess (%)")
+        handles = {h.get_label(): h for ax in axes[row] for h in ax.get_legend_handles_labels()[0]}
+        axes[row][-1].legend(list(handles.values()), list(handles), fontsize="x-small", loc="upper left",
+                             bbox_to_anchor=(1.02, 1.0))
+    note = ("; a novel level's panel shows real only and the runs that mixed in its own data"
+            if any(g.data for g in groups) else "")
+    fig.suptitle(f"{title}\n{name} success rate (%) against gradient updates{note}", fontsize="medium")
+    fig.tight_layout()
+    _save(fig, path)
+    plt.close(fig)
+
+
+def _save_bars(bars: Sequence[Mapping[str, Any]], groups: Sequence[Group], levels: Sequence[str], path: Path,
+               title: str, name: str, floor: Mapping[str, float] | None) -> None:
+    """One panel row per algorithm: per level one bar per configuration with its interval (colour and
+    hatch as the curves' colour and line style), and the random policy's success as a dashed line."""
+    import matplotlib.pyplot as plt
+
+    styles = _line_styles(groups)
+    hatches = {"-": "", "--": "//", ":": "..", "-.": "xx"}
+    algos = list(dict.fromkeys(g.algo for g in groups))
+    most = max(sum(g.algo == a for g in groups) for a in algos)
+    fig, axes = plt.subplots(len(algos), 1, figsize=(min(18.0, max(6.4, 2.5 + 0.3 * len(levels) * most)),
+                                                     2.6 * len(algos) + 0.9), sharey=True, squeeze=False)
+    centres = np.arange(len(levels))
+    for ax, algo in zip(axes[:, 0], algos):
+        mine = [g for g in groups if g.algo == algo]
+        width = 0.8 / len(mine)
+        for g, group in enumerate(mine):
+            rows = [next(r for r in bars if r["group"] == group.label and r["level"] == lv) for lv in levels]
+            point = np.asarray([100 * r["point"] for r in rows])
+            err = np.asarray([[100 * (r["point"] - r["low"]) for r in rows],
+                              [100 * (r["high"] - r["point"]) for r in rows]])
+            colour, dashes = styles[group.label]
+            ax.bar(centres - 0.4 + (g + 0.5) * width, point, width, yerr=np.maximum(err, 0), capsize=2,
+                   color=colour, hatch=hatches[dashes], edgecolor="white", label=_condition(group))
+        for i, level in enumerate(levels):
+            if floor and level in floor:
+                ax.hlines(100 * floor[level], i - 0.45, i + 0.45, colors="black", linestyles="--", linewidth=1.2,
+                          label="random policy" if i == 0 else None)
+        ax.set_xticks(centres, list(levels))
+        ax.set_ylabel(f"{algo}\nfinal success (%)")
+        ax.set_ylim(0, 105)
+        ax.grid(alpha=0.3, axis="y")
+        ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.suptitle(f"{title}\n{name} success rate (%) at the last evaluation", fontsize="medium")
+    fig.tight_layout()
+    _save(fig, path)
+    plt.close(fig)
 
 
 def _save_protocol_figure(rows: Sequence[Mapping[str, Any]], levels: Sequence[str], path: Path, name: str) -> None:
@@ -109,7 +211,12 @@ def _save_protocol_figure(rows: Sequence[Mapping[str, Any]], levels: Sequence[st
     plt.close(fig)
 
 
+PERCENT = ("point", "low", "high", "mean")
+
+
 def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
+    """Rates written in percent, their columns named ``<key>_pct``, like every table and figure."""
+    rows = [{(f"{k}_pct" if k in PERCENT else k): (100 * v if k in PERCENT else v) for k, v in r.items()} for r in rows]
     with atomic_path(path) as tmp, open(tmp, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
@@ -118,11 +225,12 @@ def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
 
 def _save(fig: Any, path: Path) -> None:
     with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=120, bbox_inches="tight")
+        fig.savefig(tmp, dpi=110, bbox_inches="tight")
 
 
 def write_figures(results: Results, out_dir: str | os.PathLike[str], *, statistic: str = "iqm", reps: int = 2000,
-                  seed: int = 0, last: int = 5) -> dict[str, Path]:
+                  seed: int = 0, last: int = 5, env: str | None = None,
+                  floor: Mapping[str, float] | None = None) -> dict[str, Path]:
     """Writes the learning curves, the bar chart, their CSV data and the plain results table.
 
     Args:
@@ -131,10 +239,12 @@ def write_figures(results: Results, out_dir: str | os.PathLike[str], *, statisti
       statistic: ``"iqm"`` or ``"mean"`` over seeds.
       reps, seed: bootstrap replicates and seed of the 95 % intervals.
       last: evaluations averaged per run in the three-way comparison.
+      env: the environment, named in the titles (None: not named).
+      floor: level -> the random policy's success rate in [0, 1], drawn on the bar chart (None: not drawn).
 
     Returns:
-      name -> path of every file written (``curves-<level>``, ``curves_csv``, ``bars``, ``bars_csv``,
-      ``results``, and ``protocol`` / ``protocol_csv`` for sweeps with named data sources).
+      name -> path of every file written (``curves``, ``curves_csv``, ``bars``, ``bars_csv``, ``results``,
+      and ``protocol`` / ``protocol_csv`` for sweeps with named data sources).
     """
     try:
         import matplotlib
@@ -145,63 +255,23 @@ def write_figures(results: Results, out_dir: str | os.PathLike[str], *, statisti
                                 "(or pip install matplotlib), or skip them with --no-figures / "
                                 "--set report.figures=false") from None
     matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
 
     groups, levels = results.groups(), results.levels
     if not groups:
         raise ValueError("no groups to plot: every run is non-finite or no sweep was found")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    written: dict[str, Path] = {}
     name = "IQM" if statistic == "iqm" else "mean"
+    title = _title(results, groups, env, name)
+    written = {"curves_csv": out / "curves.csv", "curves": out / "curves.png", "bars_csv": out / "bars.csv",
+               "bars": out / "bars.png"}
 
-    styles = _styles(groups)
     curves = curve_rows(groups, levels, statistic, reps, seed)
-    _write_csv(out / "curves.csv", curves)
-    written["curves_csv"] = out / "curves.csv"
-    for level in levels:
-        fig, ax = plt.subplots(figsize=(6.4, 4.0))
-        for group in groups:
-            rows = [r for r in curves if r["group"] == group.label and r["level"] == level]
-            x = [r["step"] for r in rows]
-            colour, dashes, _ = styles[group.label]
-            ax.plot(x, [100 * r["point"] for r in rows], color=colour, linestyle=dashes, marker="o",
-                    markersize=3, label=group.label)
-            ax.fill_between(x, [100 * r["low"] for r in rows], [100 * r["high"] for r in rows],
-                            color=colour, alpha=0.15, linewidth=0)
-        ax.set_xlabel("gradient updates")
-        ax.set_ylabel(f"success rate (%), {name} over seeds")
-        ax.set_title(f"{level}: {name} with 95 % stratified-bootstrap band")
-        ax.set_ylim(-2, 102)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
-        path = out / f"curves-{level}.png"
-        _save(fig, path)
-        plt.close(fig)
-        written[f"curves-{level}"] = path
-
+    _write_csv(written["curves_csv"], curves)
+    _save_curves(curves, groups, levels, written["curves"], title, name)
     bars = final_rows(groups, levels, statistic, reps, seed)
-    _write_csv(out / "bars.csv", bars)
-    written["bars_csv"] = out / "bars.csv"
-    fig, ax = plt.subplots(figsize=(min(16.0, max(6.4, 2.0 + 0.22 * len(levels) * len(groups))), 4.0))
-    width = 0.8 / len(groups)
-    centres = np.arange(len(levels))
-    for g, group in enumerate(groups):
-        rows = [next(r for r in bars if r["group"] == group.label and r["level"] == lv) for lv in levels]
-        point = np.asarray([100 * r["point"] for r in rows])
-        err = np.asarray([[100 * (r["point"] - r["low"]) for r in rows], [100 * (r["high"] - r["point"]) for r in rows]])
-        colour, _, hatch = styles[group.label]
-        ax.bar(centres - 0.4 + (g + 0.5) * width, point, width, yerr=np.maximum(err, 0), capsize=2,
-               color=colour, hatch=hatch, edgecolor="white", label=group.label)
-    ax.set_xticks(centres, list(levels))
-    ax.set_ylabel(f"final success rate (%), {name} over seeds")
-    ax.set_title("final evaluation, 95 % stratified-bootstrap intervals")
-    ax.set_ylim(0, 105)
-    ax.grid(alpha=0.3, axis="y")
-    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    _save(fig, out / "bars.png")
-    plt.close(fig)
-    written["bars"] = out / "bars.png"
+    _write_csv(written["bars_csv"], bars)
+    _save_bars(bars, groups, levels, written["bars"], title, name, floor)
 
     protocol = protocol_rows(groups, levels, statistic, reps, seed, last)
     if protocol:

@@ -9,13 +9,16 @@ and shows
 
 where *updates/s* counts gradient updates of all runs of the last interval and *env steps/s* its
 evaluation steps (``Σ_levels eval_episodes × max_steps`` per run; training is offline and steps no
-environment). Modes: ``bar`` is a tqdm bar; ``lines`` prints one line per interval
+environment). The first trained interval of each chunk includes compilation: :meth:`IntervalProgress.compiling`
+says so before it starts, and rates and the ETA are measured on the later intervals only
+(ETA = mean seconds per run-interval over them × run-intervals left). Modes: ``bar`` is a tqdm bar; ``lines`` prints one line per interval
 (for logs: no carriage returns); ``off`` prints nothing; ``auto`` is ``bar`` on a terminal, else ``lines``.
 Other engine lines (resume, non-finite runs) are printed as they come, and every line is also appended
 to ``log_file`` when one is given.
 
 :class:`MetricSinks` mirrors a run directory's ``metrics.jsonl`` (:mod:`imaginejax.runlog`) into
-TensorBoard event files (``tensorboardX``) and/or Weights & Biases (``wandb``, offline unless asked
+TensorBoard event files (``tensorboardX``; one TensorBoard run per sweep run, named
+``<algo>/seed<s>/ratio<r>[/<data>][/<hp>]`` from ``sweep.json``) and/or Weights & Biases (``wandb``, offline unless asked
 otherwise). Both are optional dependencies, imported only when enabled; a missing package raises
 :class:`MissingDependency` naming the ``pip install``.
 """
@@ -77,7 +80,8 @@ class IntervalProgress:
         self.log_file = None if log_file is None else Path(log_file)
         self.on_interval = on_interval
         self.start = time.perf_counter()
-        self.worked = 0  # run-intervals trained by this process (for the ETA)
+        self.compiled: set[int] = set()  # chunks whose first trained interval (with compilation) is done
+        self.timed_runs, self.timed_seconds = 0, 0.0  # run-intervals and wall clock after compilation
         self.bar = None
         if mode == "bar":
             self.bar = tqdm(total=self.total, desc=label, unit="run-interval", file=self.stream,
@@ -92,6 +96,19 @@ class IntervalProgress:
         if self.log_file is not None:
             with open(self.log_file, "a", encoding="utf-8") as f:
                 f.write(line + "\n")
+
+    def compiling(self) -> None:
+        """Says, before the first interval, that it compiles (silent for a minute or more on a CPU)."""
+        self(f"{self.label}: compiling the training and evaluation step; the first interval includes it, "
+             "rates and ETA follow from the second")
+
+    @property
+    def eta(self) -> float | None:
+        """Seconds left: measured seconds per run-interval after compilation × run-intervals left (None
+        before a compiled interval was measured)."""
+        if not self.timed_runs:
+            return None
+        return self.timed_seconds / self.timed_runs * (self.total - self.done)
 
     # -- the sinks ----------------------------------------------------------------------------
     def __call__(self, line: str) -> None:
@@ -115,33 +132,46 @@ class IntervalProgress:
             self.bar.update(self.done - before)
         if event.resumed:
             return
-        self.worked += runs
+        compiled = event.chunk in self.compiled
+        self.compiled.add(event.chunk)
+        if compiled:
+            self.timed_runs += runs
+            self.timed_seconds += event.seconds
         if self.bar is not None:
             seconds = max(event.seconds, 1e-9)
+            if not compiled:  # tqdm's rate and ETA restart after the compiling interval
+                self.bar.initial, self.bar.start_t = self.bar.n, self.bar._time()
             self.bar.set_postfix_str(f"{runs * self.updates_per_interval / seconds:,.0f} updates/s, "
-                                     f"{runs * self.eval_steps_per_run / seconds:,.0f} env steps/s")
+                                     f"{runs * self.eval_steps_per_run / seconds:,.0f} env steps/s"
+                                     + ("" if compiled else " (incl. compilation)"))
         elif self.mode == "lines":
-            self.stream.write(self.status(event.interval, runs, event.seconds, time.perf_counter() - self.start)
-                              + "\n")
+            self.stream.write(self.status(event.interval, runs, event.seconds, time.perf_counter() - self.start,
+                                          compiled) + "\n")
             self.stream.flush()
         if self.on_interval is not None:
             self.on_interval()
 
     # -- display ------------------------------------------------------------------------------
-    def status(self, interval: int, runs: int, seconds: float, elapsed: float) -> str:
+    def status(self, interval: int, runs: int, seconds: float, elapsed: float, compiled: bool = True) -> str:
         """The log line (``lines`` mode) after an interval of ``runs`` runs that took ``seconds`` of wall
-        clock (the first includes compilation), ``elapsed`` seconds in."""
+        clock, ``elapsed`` seconds in (``compiled`` False: the interval included compilation)."""
         seconds = max(seconds, 1e-9)
         updates = runs * self.updates_per_interval / seconds
         env_steps = runs * self.eval_steps_per_run / seconds
         width = 20
         done = self.done
         filled = int(width * done / max(self.total, 1))
-        remaining = self.total - done
-        eta = elapsed / self.worked * remaining if self.worked else 0.0
+        eta = self.eta
+        if done == self.total:
+            eta_text = "done"
+        elif eta is None:
+            eta_text = "ETA after the next interval (this one included compilation)"
+        else:
+            eta_text = f"ETA {format_seconds(eta)}"
         return (f"{self.label} [{'#' * filled}{'-' * (width - filled)}] {done}/{self.total} run-intervals "
                 f"(interval {interval}/{self.num_intervals}) · {updates:,.0f} updates/s · "
-                f"{env_steps:,.0f} env steps/s · elapsed {format_seconds(elapsed)} · ETA {format_seconds(eta)}")
+                f"{env_steps:,.0f} env steps/s{'' if compiled else ' (incl. compilation)'} · "
+                f"elapsed {format_seconds(elapsed)} · {eta_text}")
 
     def close(self) -> None:
         """Closes the bar (bar mode)."""
@@ -176,16 +206,38 @@ def _require(module: str, pip_name: str, setting: str) -> Any:
 _BOOKKEEPING = ("chunk", "interval", "step", "run", "seconds", "finite")
 
 
+def run_names(run_dir: str | os.PathLike[str]) -> dict[int, str]:
+    """Run index -> ``<algo>/seed<s>/ratio<r>[/<data>][/<hp>]`` from the sweep's ``sweep.json`` (hp: the
+    hyperparameters that vary within the sweep, ``name=value`` joined by commas); ``run<r>`` without it."""
+    import json
+
+    path = Path(run_dir) / "sweep.json"
+    if not path.exists():
+        return {}
+    record = json.loads(path.read_text())
+    table, algo = record["runs"], record.get("algo", "run")
+    varying = sorted({k for row in table for k in row["hp"] if len({str(r["hp"].get(k)) for r in table}) > 1})
+    names = {}
+    for row in table:
+        parts = [algo, f"seed{row['seed']}", f"ratio{row['ratio']:g}"]
+        parts += [row["data"]] if row.get("data") else []
+        parts += [",".join(f"{k}={row['hp'][k]:g}" for k in varying if k in row["hp"])] if varying else []
+        names[int(row["run"])] = "/".join(parts)
+    return names
+
+
 class MetricSinks:
     """Mirrors ``<run_dir>/metrics.jsonl`` into TensorBoard and/or Weights & Biases.
 
-    Each record (one run, one interval) becomes scalars ``<metric>/run<r>`` at x = ``step``. Records are
-    sent once (keyed by run and interval); call :meth:`sync` as often as convenient and :meth:`close` at
-    the end.
+    Each record (one run, one interval) becomes scalars at x = ``step``: in TensorBoard the tag is the
+    metric and the TensorBoard run is the sweep run's name (:func:`run_names`, event files under
+    ``<run_dir>/tensorboard/<name>``), so the same metric of every run overlays in one chart; in W&B (one
+    W&B run per sweep) the key is ``<metric>/<name>``. Records are sent once (keyed by run and interval);
+    call :meth:`sync` as often as convenient and :meth:`close` at the end.
 
     Args:
-      run_dir: the sweep's run directory (event files go to ``<run_dir>/tensorboard``).
-      name: run name shown by the tools (e.g. the algorithm).
+      run_dir: the sweep's run directory.
+      name: the W&B run's name (e.g. the algorithm).
       tensorboard, wandb: which sinks to enable.
       wandb_project, wandb_mode: Weights & Biases project and mode (``offline`` never uses the network).
       config: recorded as the W&B run's config.
@@ -196,11 +248,11 @@ class MetricSinks:
                  config: Mapping[str, Any] | None = None):
         self.run_dir = Path(run_dir)
         self.sent: set[tuple[int, int]] = set()
-        self.tb = None
+        self.tb_writers: dict[str, Any] = {}
+        self.tbx = None
         self.wandb_run = None
         if tensorboard:
-            tbx = _require("tensorboardX", "tensorboardX", "logging.tensorboard")
-            self.tb = tbx.SummaryWriter(logdir=str(self.run_dir / "tensorboard"))
+            self.tbx = _require("tensorboardX", "tensorboardX", "logging.tensorboard")
         if wandb:
             wb = _require("wandb", "wandb", "logging.wandb")
             self.wandb_run = wb.init(project=wandb_project, name=name, mode=wandb_mode, dir=str(self.run_dir),
@@ -209,7 +261,12 @@ class MetricSinks:
     @property
     def enabled(self) -> bool:
         """True when at least one sink is on."""
-        return self.tb is not None or self.wandb_run is not None
+        return self.tbx is not None or self.wandb_run is not None
+
+    def _tb(self, name: str) -> Any:
+        if name not in self.tb_writers:
+            self.tb_writers[name] = self.tbx.SummaryWriter(logdir=str(self.run_dir / "tensorboard" / name))
+        return self.tb_writers[name]
 
     def sync(self) -> int:
         """Sends every record of ``metrics.jsonl`` not sent yet; returns how many records were sent."""
@@ -217,29 +274,32 @@ class MetricSinks:
             return 0
         from imaginejax.runlog import MetricsLog
 
+        names = run_names(self.run_dir)
         sent = 0
         for record in MetricsLog(self.run_dir).records():
             key = (int(record["run"]), int(record["interval"]))
             if key in self.sent:
                 continue
             self.sent.add(key)
-            scalars = {f"{k}/run{key[0]:03d}": float(v) for k, v in record.items()
+            name = names.get(key[0], f"run{key[0]:03d}")
+            scalars = {k: float(v) for k, v in record.items()
                        if k not in _BOOKKEEPING and isinstance(v, (int, float)) and not isinstance(v, bool)}
             step = int(record["step"])
-            if self.tb is not None:
+            if self.tbx is not None:
+                writer = self._tb(name)
                 for tag, value in scalars.items():
-                    self.tb.add_scalar(tag, value, step)
+                    writer.add_scalar(tag, value, step)
             if self.wandb_run is not None:
-                self.wandb_run.log(dict(scalars, step=step))
+                self.wandb_run.log({f"{k}/{name}": v for k, v in scalars.items()} | {"step": step})
             sent += 1
-        if self.tb is not None:
-            self.tb.flush()
+        for writer in self.tb_writers.values():
+            writer.flush()
         return sent
 
     def close(self) -> None:
         """Final :meth:`sync`, then closes the writers."""
         self.sync()
-        if self.tb is not None:
-            self.tb.close()
+        for writer in self.tb_writers.values():
+            writer.close()
         if self.wandb_run is not None:
             self.wandb_run.finish()

@@ -113,7 +113,7 @@ def test_bench_trains_logs_reports_and_resumes(bench_run):
     assert len(task_success["levels"]["hard"]["tasks"]) == 3  # BabyAI's three hard tasks
     assert np.asarray(task_success["levels"]["hard"]["success"]).shape == (8, 3)
     assert (ws / "results.md").read_text().strip() == out.split("\n\nworkspace:")[0].strip()
-    for name in ("curves-train.png", "curves-hard.png", "bars.png", "curves.csv", "bars.csv"):
+    for name in ("curves.png", "bars.png", "curves.csv", "bars.csv"):
         assert (ws / "figures" / name).stat().st_size > 0, name
     # Re-running continues: data read from the cache, the sweep resumed at its end, the same table.
     status, out2, err2 = run(bench_run["bench_argv"])
@@ -359,8 +359,32 @@ def test_progress_bar_mode_counts_run_intervals_and_rates():
     bar.interval(IntervalEvent(0, (0, 1, 2, 3), 2, 3, 200, 2.0, False, "[2/3] step 200 ..."))
     text = stream.getvalue()
     assert "8/12" in text and "200 updates/s" in text and "1,000 env steps/s" in text
-    assert "sweep: 4 runs" in text and bar.bar.initial == 4  # the restored interval is not in the rate
+    # Neither the restored interval nor the compiling one is in the rate: tqdm's count restarts at 8.
+    assert "sweep: 4 runs" in text and bar.bar.initial == 8 and bar.eta is None
     bar.close()
+
+
+def test_progress_lines_say_compiling_and_time_the_eta_without_compilation():
+    from imaginejax import progress
+    from imaginejax.engine import IntervalEvent
+
+    stream = io.StringIO()
+    lines = progress.IntervalProgress("bc", num_runs=2, num_intervals=4, updates_per_interval=10,
+                                      eval_steps_per_run=100, mode="lines", stream=stream)
+    lines.compiling()
+    assert "bc: compiling" in stream.getvalue()
+    # Interval 1 takes 60 s (compilation), intervals 2 and 3 take 2 s and 4 s: 3 s per interval of 2 runs,
+    # 1 interval (2 run-intervals) left -> ETA 3 s, not (60 + 2 + 4) / 3 = 22 s.
+    lines.interval(IntervalEvent(0, (0, 1), 1, 4, 10, 60.0, False, "[1/4]"))
+    assert "(incl. compilation)" in stream.getvalue().splitlines()[-1] and lines.eta is None
+    assert "ETA after the next interval" in stream.getvalue().splitlines()[-1]
+    lines.interval(IntervalEvent(0, (0, 1), 2, 4, 20, 2.0, False, "[2/4]"))
+    assert lines.eta == pytest.approx(2.0 / 2 * 4)
+    lines.interval(IntervalEvent(0, (0, 1), 3, 4, 30, 4.0, False, "[3/4]"))
+    assert lines.eta == pytest.approx(3.0)
+    last = stream.getvalue().splitlines()[-1]
+    assert "6/8 run-intervals" in last and "ETA 0:03" in last and "compilation" not in last
+    assert "· 5 updates/s · 50 env steps/s" in last  # 2 runs × 10 updates, 2 × 100 steps in 4 s
 
 
 def test_metric_sinks_tensorboard_and_missing_packages(tmp_path, monkeypatch):
@@ -375,13 +399,20 @@ def test_metric_sinks_tensorboard_and_missing_packages(tmp_path, monkeypatch):
         monkeypatch.undo()
 
     pytest.importorskip("tensorboardX")
+    # TensorBoard runs are named algorithm/seed/ratio[/data][/varying hyperparameters] from sweep.json.
+    (tmp_path / "sweep.json").write_text(json.dumps({"algo": "bc", "runs": [
+        {"run": 0, "config": 0, "seed": 0, "ratio": 0.0, "hp": {"lr": 0.001, "alpha": 2.5}, "data": ""},
+        {"run": 1, "config": 1, "seed": 3, "ratio": 0.5, "hp": {"lr": 0.0003, "alpha": 2.5}, "data": "imaginary/easy"}]}))
     sinks = MetricSinks(tmp_path, "bc", tensorboard=True)
     assert sinks.sync() == 2 and sinks.sync() == 0  # each record is sent once
     sinks.close()
-    scalars = _read_event_scalars(next((tmp_path / "tensorboard").glob("events.out.tfevents.*")))
-    assert scalars[("loss/run000", 50)] == pytest.approx(0.5)
-    assert scalars[("loss/run001", 50)] == pytest.approx(0.25)
-    assert scalars[("success/train/run001", 50)] == pytest.approx(1.0)
+    first = _read_event_scalars(next((tmp_path / "tensorboard" / "bc" / "seed0" / "ratio0" / "lr=0.001")
+                                     .glob("events.out.tfevents.*")))
+    second = _read_event_scalars(next((tmp_path / "tensorboard" / "bc" / "seed3" / "ratio0.5" / "imaginary" / "easy"
+                                       / "lr=0.0003").glob("events.out.tfevents.*")))
+    assert first[("loss", 50)] == pytest.approx(0.5)
+    assert second[("loss", 50)] == pytest.approx(0.25)
+    assert second[("success/train", 50)] == pytest.approx(1.0)
 
 
 def _read_event_scalars(path: Path) -> dict[tuple[str, int], float]:

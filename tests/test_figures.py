@@ -101,11 +101,12 @@ def test_figures_and_csv_written(tmp_path):
     groups = results.groups()
     # In a workspace the algorithm is the directory name (the registry name).
     assert [g.label for g in groups] == ["bc, ratio 0", "bc, ratio 0.5", "cql, ratio 0", "cql, ratio 0.5"]
-    written = figures.write_figures(results, tmp_path / "fig", reps=300, seed=3)
-    for level in LEVELS:
-        image = matplotlib.image.imread(written[f"curves-{level}"])
-        assert image.ndim == 3 and image.shape[0] > 100 and image.shape[1] > 100
-        assert image[..., :3].std() > 0.01  # not a blank canvas
+    written = figures.write_figures(results, tmp_path / "fig", reps=300, seed=3, env="clevr",
+                                    floor={"train": 0.2, "hard": 0.01})
+    # One curves figure: a panel row per algorithm (bc, cql), a column per level; taller than wide per row.
+    curves_image = matplotlib.image.imread(written["curves"])
+    assert curves_image.ndim == 3 and curves_image.shape[0] > 300 and curves_image.shape[1] > 300
+    assert curves_image[..., :3].std() > 0.01  # not a blank canvas
     assert matplotlib.image.imread(written["bars"]).shape[1] > 100
 
     curves = read_csv(written["curves_csv"])
@@ -114,18 +115,44 @@ def test_figures_and_csv_written(tmp_path):
     assert (first["group"], first["algo"], first["level"], first["step"], first["n"]) == ("bc, ratio 0", "bc", "train", "100", "4")
     scores = np.asarray(TRAIN[1][:4])
     ci = stratified_bootstrap_ci(scores, iqm, reps=300, seed=3)
-    assert float(first["point"]) == pytest.approx(0.25)
-    assert (float(first["low"]), float(first["high"])) == pytest.approx((ci.low, ci.high))
+    # CSVs hold percent, like the tables, in columns named so.
+    assert {"point", "low", "high", "mean"}.isdisjoint(first)
+    assert float(first["point_pct"]) == pytest.approx(25.0)
+    assert float(first["mean_pct"]) == pytest.approx(100 * np.mean(TRAIN[1][:4]))
+    assert (float(first["low_pct"]), float(first["high_pct"])) == pytest.approx((100 * ci.low, 100 * ci.high))
 
     bars = read_csv(written["bars_csv"])
     assert len(bars) == 4 * len(LEVELS) and {r["step"] for r in bars} == {"200"}  # last evaluation only
-    by_key = {(r["group"], r["level"]): float(r["point"]) for r in bars}
-    assert by_key["cql, ratio 0.5", "train"] == pytest.approx(0.6)
-    assert by_key["bc, ratio 0", "hard"] == pytest.approx(0.05)  # IQM of (0, 0.1, 0, 0.1): (0 + 0.1) / 2
+    by_key = {(r["group"], r["level"]): float(r["point_pct"]) for r in bars}
+    assert by_key["cql, ratio 0.5", "train"] == pytest.approx(60.0)
+    assert by_key["bc, ratio 0", "hard"] == pytest.approx(5.0)  # IQM of (0, 0.1, 0, 0.1): (0 + 0.1) / 2
 
     text = written["results"].read_text()
     assert text.strip() == table(results, reps=300, seed=3, three_way=False)
     assert "| cql, ratio 0.5 | 60.0 [" in text and "(200 updates)" in text
+
+
+def test_report_names_its_files_by_statistic(tmp_path):
+    """The mean report goes to results-mean.md and figures-mean/, next to the IQM's, which it leaves alone."""
+    from imaginejax import bench
+    from imaginejax.config import Config, ReportConfig
+
+    write_sweep(tmp_path / "sweep")
+    results = load_sweep(tmp_path / "sweep")
+    iqm_text = bench.report(results, tmp_path / "sweep", Config(report=ReportConfig(statistic="iqm", reps=50)),
+                            log=lambda _: None)
+    iqm_files = {p.name: p.read_bytes() for p in (tmp_path / "sweep" / "figures").iterdir()}
+    mean_text = bench.report(results, tmp_path / "sweep", Config(report=ReportConfig(statistic="mean", reps=50)),
+                             log=lambda _: None)
+    assert (tmp_path / "sweep" / "results.md").read_text().strip() == iqm_text
+    assert (tmp_path / "sweep" / "results-mean.md").read_text().strip() == mean_text
+    assert {p.name: p.read_bytes() for p in (tmp_path / "sweep" / "figures").iterdir()} == iqm_files
+    assert "curves.png" in iqm_files and (tmp_path / "sweep" / "figures-mean" / "curves.png").stat().st_size > 0
+    # bc, ratio 0 on train at the last evaluation: IQM (0.4 + 0.6) / 2 = 50.0, mean (0.2+0.4+0.6+1.0) / 4 = 55.0.
+    assert "| bc, ratio 0 | 50.0 [" in iqm_text and "| bc, ratio 0 | 55.0 [" in mean_text
+    mean_bars = read_csv(tmp_path / "sweep" / "figures-mean" / "bars.csv")
+    assert float(next(r for r in mean_bars if r["group"] == "bc, ratio 0" and r["level"] == "train")["point_pct"]) \
+        == pytest.approx(55.0)
 
 
 def test_missing_sweep_and_empty_metrics_are_reported(tmp_path):
