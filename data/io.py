@@ -31,7 +31,6 @@ Choices:
 from __future__ import annotations
 
 import datetime
-import hashlib
 import importlib.metadata
 import json
 import os
@@ -43,7 +42,7 @@ import numpy as np
 from imaginejax.data.errors import DatasetError
 from imaginejax.data.types import TrajectoryDataset
 from imaginejax.data.validate import ARRAY_FIELDS, DatasetDims, EnvFacts, validate_dataset, validate_for_env
-from imaginejax.files import staged_dir
+from imaginejax.files import file_sha256, staged_dir
 
 __all__ = [
     "ARRAY_FORMATS",
@@ -62,7 +61,6 @@ MANIFEST_NAME = "manifest.json"
 ArrayFormat = Literal["npz", "safetensors"]
 ARRAY_FORMATS: tuple[str, ...] = ("npz", "safetensors")
 _ALLOWED_DTYPES = ("float32", "int32", "bool")
-_CHUNK = 1 << 20
 
 
 # ----------------------------------------------------------------------------------------------- writing
@@ -73,14 +71,6 @@ def _imaginejax_version() -> str:
         return importlib.metadata.version("imaginejax")
     except importlib.metadata.PackageNotFoundError:
         return "unknown"
-
-
-def _sha256(file: Path) -> str:
-    digest = hashlib.sha256()
-    with open(file, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _write_array(directory: Path, name: str, value: np.ndarray, array_format: ArrayFormat) -> dict[str, Any]:
@@ -96,7 +86,7 @@ def _write_array(directory: Path, name: str, value: np.ndarray, array_format: Ar
             f.write(safetensors.numpy.save({name: value}))
         f.flush()
         os.fsync(f.fileno())
-    return {"file": file.name, "shape": list(value.shape), "dtype": value.dtype.name, "sha256": _sha256(file)}
+    return {"file": file.name, "shape": list(value.shape), "dtype": value.dtype.name, "sha256": file_sha256(file)}
 
 
 def _manifest(ds: TrajectoryDataset, dims: DatasetDims, arrays: dict[str, dict[str, Any]],
@@ -238,7 +228,7 @@ def _read_array(directory: Path, name: str, entry: Any, array_format: str) -> np
     file = directory / expected_file
     if not file.is_file():
         raise DatasetError(name, f"array file {expected_file} is missing", fix_corrupt, directory)
-    digest = _sha256(file)
+    digest = file_sha256(file)
     if digest != entry["sha256"]:
         raise DatasetError(name, f"checksum mismatch for {expected_file} (sha256 {digest[:12]}…, manifest "
                            f"{entry['sha256'][:12]}…)", fix_corrupt, directory)

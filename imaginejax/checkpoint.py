@@ -58,6 +58,8 @@ import numpy as np
 import orbax.checkpoint as ocp
 from etils import epath
 
+from imaginejax.files import file_sha256
+
 PyTree = Any
 FORMAT = "imaginejax-checkpoint"
 FORMAT_VERSION = 3  # 3: manifest.sha256 seals the manifest
@@ -132,17 +134,9 @@ class _StepNames(ocp.step.NameFormat):
         return found
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _files(root: Path) -> dict[str, dict[str, Any]]:
     """{relative path: {"sha256", "bytes"}} of every file under ``root``."""
-    return {p.relative_to(root).as_posix(): {"sha256": _sha256(p), "bytes": p.stat().st_size}
+    return {p.relative_to(root).as_posix(): {"sha256": file_sha256(p), "bytes": p.stat().st_size}
             for p in sorted(root.rglob("*")) if p.is_file()}
 
 
@@ -299,7 +293,7 @@ def _read_item(item: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         if not file.is_file():
             raise CheckpointError(f"checkpoint file {file} is missing: {fix}")
         size = file.stat().st_size
-        if size != expected["bytes"] or _sha256(file) != expected["sha256"]:
+        if size != expected["bytes"] or file_sha256(file) != expected["sha256"]:
             raise CheckpointError(f"checkpoint file {file} is truncated or corrupted ({size} bytes, expected "
                                   f"{expected['bytes']}; SHA-256 mismatch): {fix}")
     specs = manifest["arrays"]

@@ -14,6 +14,8 @@ any exception removes the sibling. A hard crash (power loss, SIGKILL) can leave 
   one), so readers see the old directory or the new one; without ``renameat2`` the old directory is
   renamed aside, the new one renamed in, the old one deleted (restored if the second rename fails).
 
+And :func:`file_sha256`, the digest by which manifests and provenance name a file's content.
+
 Standard library only: every layer may import it.
 """
 
@@ -22,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import hashlib
 import json
 import os
 import shutil
@@ -36,6 +39,15 @@ TEMP_MARK = ".tmp-"
 _RENAME_NOREPLACE = 1
 _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
+
+
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    """The hex SHA-256 of a file's bytes, read in 1 MiB blocks (memory bounded for any size)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def temp_sibling(path: str | os.PathLike[str]) -> Path:

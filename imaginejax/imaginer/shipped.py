@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import hashlib
 import json
 from pathlib import Path
 from typing import Any, Final
@@ -25,7 +24,7 @@ import jax
 import numpy as np
 
 from imaginejax.checkpoint import flatten_named, unflatten_named
-from imaginejax.files import atomic_path, write_json
+from imaginejax.files import atomic_path, file_sha256, write_json
 from imaginejax.imaginer.finetune import (
     CHECKPOINT_DIR, RUN_FILE, TOKENIZER_FILE, Imaginer, Preset, TrainState, _latest_step, _restore_checkpoint,
     imaginer_from_trainable, make_optimizer, trainable_like)
@@ -71,10 +70,6 @@ def shipped_for(env: str) -> ShippedImaginer:
                                "imagine.preset = 'smollm2-lora' (or 'tiny') instead of 'shipped'")
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def load_shipped(env: str, *, assets: Path = ASSETS, expected: ShippedImaginer | None = None) -> Imaginer:
     """The shipped imaginer for ``env``, ready to generate (LoRA merged into the rebuilt backbone).
 
@@ -93,7 +88,7 @@ def load_shipped(env: str, *, assets: Path = ASSETS, expected: ShippedImaginer |
     for path in (weights, record_path):
         if not path.is_file():
             raise ShippedImaginerError(f"{path} is missing: {fix}")
-    digest = _sha256(weights)
+    digest = file_sha256(weights)
     if digest != item.sha256:
         raise ShippedImaginerError(f"{weights} is damaged or replaced (SHA-256 {digest}, expected {item.sha256}): "
                                    f"{fix}")
@@ -145,7 +140,7 @@ def export(run_dir: str | Path, env: str, name: str, out: str | Path = ASSETS, c
         save_file({k: np.ascontiguousarray(v) for k, v in flatten_named(jax.device_get(state.trainable), PREFIX).items()},
                   str(tmp))
     shipped = dict(record, env=env, step=int(state.step), checkpoint_hash=meta["checkpoint_hash"],
-                   weights_sha256=_sha256(weights), command=command)
+                   weights_sha256=file_sha256(weights), command=command)
     write_json(out / f"{name}.json", shipped)
     return shipped
 

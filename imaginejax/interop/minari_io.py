@@ -26,7 +26,6 @@ ends with neither flag is marked truncated (collection stopped), and the horizon
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
@@ -37,7 +36,7 @@ import numpy as np
 from imaginejax.data.errors import DatasetError
 from imaginejax.data.types import TrajectoryDataset
 from imaginejax.data.validate import EnvFacts, validate_dataset, validate_for_env
-from imaginejax.files import staged_dir
+from imaginejax.files import file_sha256, staged_dir
 from imaginejax.interop.reference import check_hdf5_file, load_npy
 
 __all__ = ["EMBEDDINGS_FILE", "METADATA_KEY", "from_minari", "minari_root", "to_minari"]
@@ -52,14 +51,6 @@ def minari_root() -> Path:
     from minari.storage.datasets_root_dir import get_dataset_path
 
     return Path(get_dataset_path())
-
-
-def _sha256(file: Path) -> str:
-    digest = hashlib.sha256()
-    with open(file, "rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _spaces(ds: TrajectoryDataset, state_dim: int) -> tuple[Any, Any]:
@@ -165,7 +156,7 @@ def to_minari(ds: TrajectoryDataset, dataset_id: str | None = None, *,
             "format_version": FORMAT_VERSION, "env": ds.env, "level": ds.level, "source": ds.source,
             "discrete": bool(ds.discrete), "horizon": dims.T, "goal_dtype": ds.goals.dtype.name,
             "goal_dim": dims.G, "instructions": list(ds.instructions), "provenance": ds.provenance,
-            "embeddings_file": EMBEDDINGS_FILE, "embeddings_sha256": _sha256(embeddings_file),
+            "embeddings_file": EMBEDDINGS_FILE, "embeddings_sha256": file_sha256(embeddings_file),
         }
         storage.update_metadata({
             "dataset_id": dataset_id,
@@ -298,7 +289,7 @@ def from_minari(dataset: Any, *, root: str | os.PathLike[str] | None = None, env
         emb_file = path / record["embeddings_file"]
         if not emb_file.is_file():
             raise DatasetError("instruction_embeddings", f"{emb_file.name} is missing", "re-export the dataset", path)
-        if _sha256(emb_file) != record["embeddings_sha256"]:
+        if file_sha256(emb_file) != record["embeddings_sha256"]:
             raise DatasetError("instruction_embeddings", f"checksum mismatch for {emb_file.name}",
                                "the file is corrupted; re-export the dataset", path)
         embeddings = load_npy(emb_file)

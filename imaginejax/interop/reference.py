@@ -67,7 +67,6 @@ bit-exact (padding is zeros, as everywhere in ImagineJAX).
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import io
 import json
@@ -83,7 +82,7 @@ from imaginejax.data.errors import DatasetError
 from imaginejax.data.safe_pickle import read_pickle
 from imaginejax.data.types import LEVELS, SOURCES, TrajectoryDataset
 from imaginejax.data.validate import EnvFacts, validate_dataset, validate_for_env
-from imaginejax.files import atomic_path
+from imaginejax.files import atomic_path, file_sha256
 
 __all__ = [
     "REFERENCE_FORMATS",
@@ -102,7 +101,6 @@ METADATA_KEY = "imaginejax"
 EXPORT_VERSION = 1
 _SUFFIXES = {".h5": "hdf5", ".hdf5": "hdf5", ".hdf": "hdf5", ".npy": "npy", ".parquet": "parquet",
              ".pq": "parquet"}
-_CHUNK = 1 << 20
 
 
 # ------------------------------------------------------------------------------------------- .npy files
@@ -186,14 +184,6 @@ def load_npy(path: str | os.PathLike[str], *, trust_pickle: bool = False) -> Any
 
 
 # ----------------------------------------------------------------------------------------- file reading
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _format_of(path: Path, fmt: str | None) -> str:
@@ -697,13 +687,13 @@ def import_reference(
     raw = read_reference_file(path, format=format, trust_pickle=trust_pickle)
     fmt = _format_of(path, format)
     provenance: dict[str, Any] = {"importer": "imaginejax.interop.reference", "source_file": str(path),
-                                  "source_sha256": _sha256(path), "source_format": fmt}
+                                  "source_sha256": file_sha256(path), "source_format": fmt}
     if side_file is not None:
         side = Path(side_file).expanduser().resolve()
         if not side.is_file():
             raise FileNotFoundError(f"no side file at {side}")
         extra = _read_side_file(side, trust_pickle)
-        provenance.update(side_file=str(side), side_file_sha256=_sha256(side),
+        provenance.update(side_file=str(side), side_file_sha256=file_sha256(side),
                           side_file_fields=sorted(k for k in extra if k not in raw))
         raw = {**extra, **raw}
     record: dict[str, Any] = {}

@@ -45,7 +45,7 @@ import tokenizers
 from safetensors.numpy import load_file
 
 from imaginejax import weights
-from imaginejax.files import atomic_path, is_temp
+from imaginejax.files import atomic_path, file_sha256, is_temp
 from imaginejax.lang.bert import BertConfig, BertEncoder
 from imaginejax.paths import cache_root
 
@@ -357,15 +357,6 @@ def validate_texts(texts: Sequence[str]) -> list[str]:
 
 # ---------------------------------------------------------------------------------------------------
 # Cache
-
-
-def file_sha256(path: Path, chunk_bytes: int = 1 << 20) -> str:
-    """Hex SHA-256 of a file's contents, streamed."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(chunk_bytes):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _pack_texts(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
