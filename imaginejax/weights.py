@@ -17,6 +17,8 @@ import sys
 from pathlib import Path
 from typing import NamedTuple
 
+from imaginejax.files import file_sha256
+
 
 class WeightPackage(NamedTuple):
     """A pinned package and the one file or directory of it that the project reads."""
@@ -53,19 +55,11 @@ def pip_requirement(pkg: WeightPackage) -> str:
     return f"{pkg.distribution}=={pkg.version}"
 
 
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as stream:
-        for block in iter(lambda: stream.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def digest(path: Path) -> str:
     """SHA-256 of a file, or the directory digest of the module docstring."""
     if path.is_file():
-        return _file_sha256(path)
-    lines = sorted(f"{p.relative_to(path).as_posix()}\0{_file_sha256(p)}\n"
+        return file_sha256(path)
+    lines = sorted(f"{p.relative_to(path).as_posix()}\0{file_sha256(p)}\n"
                    for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
     return hashlib.sha256("".join(lines).encode()).hexdigest()
 

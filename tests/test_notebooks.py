@@ -91,7 +91,7 @@ def test_quickstart(fresh_kernel: Path) -> None:
         assert f"{requirement}: ok" in texts[0]
     assert texts[0].splitlines()[-1] == f"imaginejax 0.1.0 | jax {JAX_VERSION} cpu"
     where = subprocess.run([str(fresh_kernel), "-c", "import imaginejax; print(imaginejax.__file__)"],
-                           capture_output=True, text=True, check=True).stdout
+                           capture_output=True, text=True, check=True, cwd=fresh_kernel.parent).stdout
     assert str(fresh_kernel.parents[1]) in where  # installed into the venv, not this checkout
     table = texts[-1].splitlines()
     assert table[:2] == ["| level | success (%) |", "|---|---:|"]
