@@ -44,7 +44,7 @@ from __future__ import annotations
 import math
 import os
 import threading
-from typing import Final, Literal, Sequence
+from typing import Final, Iterator, Literal, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -206,8 +206,15 @@ class HostStepper:
         self._rollout.close()
 
     # ------------------------------------------------------------------ host (NumPy) interface
-    def _check(self, state: np.ndarray, control: np.ndarray, scene: np.ndarray) -> None:
+    def _batch(self, state: np.ndarray, control: np.ndarray, scene: np.ndarray | None
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """A host call's input checked against the stepper: state (N, S) and control (N, C) as contiguous
+        float64, scene (N,) int64 (all 0 when None), and finite (N,) bool, the rows whose state and control
+        are finite (the only ones simulated)."""
+        state = np.ascontiguousarray(state, np.float64)
+        control = np.ascontiguousarray(control, np.float64)
         n = state.shape[0]
+        scene = np.zeros(n, np.int64) if scene is None else np.asarray(scene, np.int64).reshape(-1)
         if state.shape != (n, self.state_width):
             raise ValueError(f"state must be (N, {self.state_width}) (padded FULLPHYSICS vectors), got {state.shape}")
         if control.shape != (n, self.control_width):
@@ -216,6 +223,23 @@ class HostStepper:
             raise ValueError(f"scene must be (N,) = ({n},), got {scene.shape}")
         if n and (scene.min() < 0 or scene.max() >= len(self.models)):
             raise ValueError(f"scene indices must lie in [0, {len(self.models)}), got {scene.min()}..{scene.max()}")
+        finite = np.isfinite(state).all(-1) & np.isfinite(control).all(-1)
+        return state, control, scene, finite
+
+    def _rollouts(self, state: np.ndarray, control: np.ndarray, scene: np.ndarray, finite: np.ndarray,
+                  nstep: int) -> Iterator[tuple[int, np.ndarray, np.ndarray, np.ndarray]]:
+        """Each scene's finite rows rolled out for ``nstep`` MuJoCo steps, controls held, from a zero warm
+        start (the caller holds the lock): (scene g, rows (R,), states (R, nstep, S_g) after each step,
+        sensordata (R, nstep, N_g) at the start of each step), unpadded."""
+        for g, model in enumerate(self.models):
+            rows = np.flatnonzero((scene == g) & finite)
+            if rows.size == 0:
+                continue
+            ctrl = np.repeat(control[rows, None, :self.control_sizes[g]], nstep, axis=1)
+            states, sensors = self._rollout.rollout(
+                model, self._datas[g], state[rows, :self.state_sizes[g]], ctrl, control_spec=self.control_spec,
+                nstep=nstep, initial_warmstart=np.zeros((rows.size, model.nv)))
+            yield g, rows, states, sensors
 
     def run64(self, state: np.ndarray, control: np.ndarray, scene: np.ndarray | None = None, *,
               nstep: int | None = None, sensors_before_last: bool = False) -> tuple[np.ndarray, np.ndarray]:
@@ -233,33 +257,20 @@ class HostStepper:
           state' (N, S) after the steps (padding zero) and sensordata (N, N_s) (zeros when ``readout`` is
           False). Rows with a non-finite input come back as NaN.
         """
-        state = np.ascontiguousarray(state, np.float64)
-        control = np.ascontiguousarray(control, np.float64)
-        n = state.shape[0]
-        scene = np.zeros(n, np.int64) if scene is None else np.asarray(scene, np.int64).reshape(-1)
-        self._check(state, control, scene)
+        state, control, scene, finite = self._batch(state, control, scene)
         nstep = self.frame_skip if nstep is None else int(nstep)
         if nstep < 1:
             raise ValueError(f"nstep must be >= 1, got {nstep}")
         extra = 1 if self.readout and not sensors_before_last else 0
-        out_state = np.zeros((n, self.state_width))
-        out_sensor = np.zeros((n, self.sensor_width))
-        finite = np.isfinite(state).all(-1) & np.isfinite(control).all(-1)
+        out_state = np.zeros((state.shape[0], self.state_width))
+        out_sensor = np.zeros((state.shape[0], self.sensor_width))
         with self._lock:
-            for g, model in enumerate(self.models):
-                rows = np.flatnonzero((scene == g) & finite)
-                if rows.size == 0:
-                    continue
-                s, c, ns = self.state_sizes[g], self.control_sizes[g], self.sensor_sizes[g]
-                ctrl = np.repeat(control[rows, None, :c], nstep + extra, axis=1)
-                states, sensors = self._rollout.rollout(
-                    model, self._datas[g], state[rows, :s], ctrl, control_spec=self.control_spec,
-                    nstep=nstep + extra, initial_warmstart=np.zeros((rows.size, model.nv)))
-                out_state[rows, :s] = states[:, nstep - 1]
+            for g, rows, states, sensors in self._rollouts(state, control, scene, finite, nstep + extra):
+                out_state[rows, :self.state_sizes[g]] = states[:, nstep - 1]
                 if self.readout:
-                    out_sensor[rows, :ns] = sensors[:, nstep - 1 + extra]
+                    out_sensor[rows, :self.sensor_sizes[g]] = sensors[:, nstep - 1 + extra]
             self.calls += 1
-            self.rows += n
+            self.rows += state.shape[0]
         out_state[~finite] = np.nan
         out_sensor[~finite] = np.nan
         return out_state, out_sensor
@@ -269,30 +280,18 @@ class HostStepper:
         """Every intermediate MuJoCo step: states (N, nstep, S) after each step and sensordata (N, nstep, N_s)
         evaluated at the *start* of each step (MuJoCo's order: sensors of state k-1 are computed by step k).
         Controls are held; non-finite rows are NaN."""
-        state = np.ascontiguousarray(state, np.float64)
-        control = np.ascontiguousarray(control, np.float64)
-        n = state.shape[0]
-        scene = np.zeros(n, np.int64) if scene is None else np.asarray(scene, np.int64).reshape(-1)
-        self._check(state, control, scene)
+        state, control, scene, finite = self._batch(state, control, scene)
         if nstep < 1:
             raise ValueError(f"nstep must be >= 1, got {nstep}")
-        out_state = np.zeros((n, nstep, self.state_width))
-        out_sensor = np.zeros((n, nstep, self.sensor_width))
-        finite = np.isfinite(state).all(-1) & np.isfinite(control).all(-1)
+        out_state = np.zeros((state.shape[0], nstep, self.state_width))
+        out_sensor = np.zeros((state.shape[0], nstep, self.sensor_width))
         with self._lock:
-            for g, model in enumerate(self.models):
-                rows = np.flatnonzero((scene == g) & finite)
-                if rows.size == 0:
-                    continue
-                s, c, ns = self.state_sizes[g], self.control_sizes[g], self.sensor_sizes[g]
-                states, sensors = self._rollout.rollout(
-                    model, self._datas[g], state[rows, :s], np.repeat(control[rows, None, :c], nstep, axis=1),
-                    control_spec=self.control_spec, nstep=nstep, initial_warmstart=np.zeros((rows.size, model.nv)))
-                out_state[rows, :, :s] = states
+            for g, rows, states, sensors in self._rollouts(state, control, scene, finite, nstep):
+                out_state[rows, :, :self.state_sizes[g]] = states
                 if self.readout:
-                    out_sensor[rows, :, :ns] = sensors
+                    out_sensor[rows, :, :self.sensor_sizes[g]] = sensors
             self.calls += 1
-            self.rows += n
+            self.rows += state.shape[0]
         out_state[~finite] = np.nan
         out_sensor[~finite] = np.nan
         return out_state, out_sensor
@@ -309,27 +308,14 @@ class HostStepper:
         """
         if not self.readout:
             raise ValueError("sensors64 needs a stepper built with readout=True")
-        state = np.ascontiguousarray(state, np.float64)
-        control = np.ascontiguousarray(control, np.float64)
-        n = state.shape[0]
-        scene = np.zeros(n, np.int64) if scene is None else np.asarray(scene, np.int64).reshape(-1)
-        self._check(state, control, scene)
-        out = np.zeros((n, self.sensor_width))
-        finite = np.isfinite(state).all(-1) & np.isfinite(control).all(-1)
+        state, control, scene, finite = self._batch(state, control, scene)
+        out = np.zeros((state.shape[0], self.sensor_width))
         with self._lock:
-            for g, model in enumerate(self.models):
-                rows = np.flatnonzero((scene == g) & finite)
-                if rows.size == 0:
-                    continue
-                s, ns = self.state_sizes[g], self.sensor_sizes[g]
-                _, sensors = self._rollout.rollout(
-                    model, self._datas[g], state[rows, :s], control[rows, None, :self.control_sizes[g]],
-                    control_spec=self.control_spec, nstep=1, initial_warmstart=np.zeros((rows.size, model.nv)))
-                out[rows, :ns] = sensors[:, 0]
+            for g, rows, _, sensors in self._rollouts(state, control, scene, finite, 1):
+                out[rows, :self.sensor_sizes[g]] = sensors[:, 0]
         out[~finite] = np.nan
         return out
 
-    # ------------------------------------------------------------------ pure_callback bodies
     def _step_callback(self, hi: np.ndarray, lo: np.ndarray, control: np.ndarray, control_lo: np.ndarray,
                        scene: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         dtype = np.asarray(hi).dtype
