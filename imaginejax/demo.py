@@ -22,17 +22,16 @@ run reuses the data and the finished sweep.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
 
 import jax
-import numpy as np
 
-from imaginejax.bench import eval_episodes, evaluation_levels, report, train
+from imaginejax.bench import RANDOM_FILE, eval_episodes, evaluation_levels, report, train
 from imaginejax.config import load_config
 from imaginejax.data import LEVELS
-from imaginejax.evaluation import evaluate
 from imaginejax.paths import cache_root
 from imaginejax.report import table
 from imaginejax.results import Results
@@ -40,16 +39,6 @@ from imaginejax.results import Results
 
 def _log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
-
-
-def random_policy_success(eval_levels: dict, num_actions: int, episodes: int, seeds: int) -> dict:
-    """Success rate of a uniformly random policy per level: (seeds,) per level, same protocol as training."""
-    out = {}
-    for level, (env, params) in eval_levels.items():
-        policy = lambda obs, key: jax.random.randint(key, obs.shape[:1], 0, num_actions)
-        run = jax.jit(jax.vmap(lambda k: evaluate(policy, env, params, k, episodes).success_rate))
-        out[level] = np.asarray(run(jax.random.split(jax.random.PRNGKey(7), seeds)))
-    return out
 
 
 def quality_lines(results: Results) -> list[str]:
@@ -85,8 +74,7 @@ def main(argv: list[str] | None = None) -> str:
     total = time.perf_counter() - start
 
     eval_levels = evaluation_levels(config)
-    env = eval_levels["train"][0]
-    floor = random_policy_success(eval_levels, int(env.num_actions), config.train.eval_episodes, config.train.seeds)
+    floor = json.loads((outcome.workspace / RANDOM_FILE).read_text())["success"]
     r = config.report
     protocol = table(outcome.results, r.statistic, r.reps, r.seed, r.last, plain=False)
     print(f"\n{', '.join(config.train.algos).upper()} success rate (%) on {config.data.env}, "
@@ -94,7 +82,7 @@ def main(argv: list[str] | None = None) -> str:
     print(protocol)
     episodes = eval_episodes(config, eval_levels)
     print("\nRandom policy (the floor): " + ", ".join(
-        f"{lv} {100 * floor[lv].mean():.1f} %" for lv in LEVELS if lv in floor)
+        f"{lv} {100 * floor[lv]:.1f} %" for lv in LEVELS if lv in floor)
           + f" ({', '.join(f'{lv} {n}' for lv, n in episodes.items())} episodes per evaluation).")
     lines = quality_lines(outcome.results)
     if lines:
