@@ -192,7 +192,7 @@ def test_interval_events_drive_progress_over_chunks_and_resume(tmp_path):
     trainer.train(keys, hp, real, log=progress, on_interval=progress.interval, runs_per_chunk=2, mesh=None,
                   checkpoint_dir=tmp_path / "ckpt", resume=True)
     # Resuming the finished sweep: one restored event per chunk, everything counted done, nothing trained.
-    assert progress.done == progress.total == 6 and progress.worked == 0
+    assert progress.done == progress.total == 6 and progress.timed_runs == 0
     assert stream.getvalue().count("resumed chunk") == 2 and "updates/s" not in stream.getvalue()
 
 
