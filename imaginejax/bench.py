@@ -484,21 +484,22 @@ WORKSPACE_FILE = "workspace.json"
 RANDOM_FILE = "random.json"
 
 
-def random_policy_success(config: Config, eval_levels: dict[str, tuple[Any, Any]], spec: Spec) -> dict[str, float]:
-    """Success rate of the uniformly random policy per level (discrete actions), evaluated as every run is:
-    the floor drawn on the bar chart. Empty for continuous actions."""
+def random_policy_success(eval_levels: dict[str, tuple[Any, Any]], spec: Spec, episodes: Mapping[str, int],
+                          key: jax.Array | None = None) -> dict[str, float]:
+    """Success rate of the uniformly random policy per level (discrete actions), evaluated as every run is
+    (``episodes[level]`` episodes, every task equally often): the floor drawn on the bar chart. Empty for
+    continuous actions."""
     from imaginejax.evaluation import evaluate
 
     if not spec.discrete:
         return {}
-    episodes = eval_episodes(config, eval_levels)
+    key = jax.random.PRNGKey(0) if key is None else key
 
     def policy(obs: jax.Array, key: jax.Array) -> jax.Array:
         return jax.random.randint(key, obs.shape[:1], 0, spec.action_dim)
 
     def success(env: Any, params: Any, episodes: int) -> float:
-        run = jax.jit(lambda key: evaluate(policy, env, params, key, episodes).success_rate)
-        return float(run(jax.random.PRNGKey(0)))
+        return float(jax.jit(lambda key: evaluate(policy, env, params, key, episodes).success_rate)(key))
 
     return {level: success(env, params, episodes[level]) for level, (env, params) in eval_levels.items()}
 
@@ -683,7 +684,8 @@ def train(config: Config, out: str | Path, *, real_paths: Sequence[str | Path] =
     write_json(out / SOURCES_FILE, summaries)
     if not (out / RANDOM_FILE).exists():
         write_json(out / RANDOM_FILE, {"policy": "uniformly random actions",
-                                       "success": random_policy_success(config, eval_levels, spec)})
+                                       "success": random_policy_success(eval_levels, spec,
+                                                                  eval_episodes(config, eval_levels))})
     results, seconds = Results(runs=(), levels=(), sources=json.loads(json.dumps(summaries))), {}
     for name in algorithm_names(config, spec):
         start = time.perf_counter()

@@ -24,8 +24,7 @@ from imaginejax.algos.combo import ComboConfig
 from imaginejax.algos.combo_discrete import make_discrete_combo
 from imaginejax.algos.networks import NetConfig
 from imaginejax.data import to_transitions
-from imaginejax.bench import cached_expert_data
-from imaginejax.demo import random_policy_success
+from imaginejax.bench import cached_expert_data, random_policy_success
 from imaginejax.engine import EngineConfig, broadcast_runs, make_train
 from imaginejax.lang import encode_instructions
 
@@ -53,8 +52,8 @@ def clevr(tmp_path_factory):
     spec = Spec(state_dim=env.state_dim, embed_dim=int(params.instruction_embeddings.shape[1]),
                 discrete=True, action_dim=env.num_actions)
     real = cached_expert_data("clevr", "train", 600, 0, 0.1, tmp_path_factory.mktemp("clevr-data"))
-    random = random_policy_success({"train": (env, params)}, spec.action_dim, EPISODES, SEEDS)["train"]
-    return env, params, spec, to_transitions(real), float(np.mean(random))
+    random = random_policy_success({"train": (env, params)}, spec, {"train": SEEDS * EPISODES})["train"]
+    return env, params, spec, to_transitions(real), random
 
 
 def _ci_hyperparams(name: str, hp):
