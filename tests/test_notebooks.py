@@ -93,9 +93,16 @@ def test_quickstart(fresh_kernel: Path) -> None:
     where = subprocess.run([str(fresh_kernel), "-c", "import imaginejax; print(imaginejax.__file__)"],
                            capture_output=True, text=True, check=True, cwd=fresh_kernel.parent).stdout
     assert str(fresh_kernel.parents[1]) in where  # installed into the venv, not this checkout
-    table = texts[-1].splitlines()
+    table = texts[-3].splitlines()  # the engine's own table
     assert table[:2] == ["| level | success (%) |", "|---|---:|"]
     assert [row.split("|")[1].strip() for row in table[2:]] == ["train", "rephrase", "easy", "hard"]
+    # fit() in one call, then a run as a policy: saved, loaded, evaluated in the Gymnasium adapter and jitted.
+    assert "| bc, ratio 0 |" in texts[-2]
+    saved = next(line for line in texts[-1].splitlines() if line.startswith("saved to "))
+    rates = next(line for line in texts[-1].splitlines() if line.startswith("train level, 80 episodes: "))
+    assert "'policy.json', 'policy.safetensors'" in saved
+    gym, jitted = (float(part.split()[-2]) for part in rates.split(": ", 1)[1].split(", "))
+    assert 0 < gym and 0 < jitted and abs(gym - jitted) < 15, rates  # 80 episodes each, other initial states
 
 
 def test_imaginer(fresh_kernel: Path) -> None:
