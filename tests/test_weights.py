@@ -63,9 +63,10 @@ def test_check_reports_a_missing_or_other_version(monkeypatch: pytest.MonkeyPatc
 def test_metaworld_missing_is_one_line_naming_setup_weights(monkeypatch: pytest.MonkeyPatch,
                                                             capsys: pytest.CaptureFixture[str],
                                                             tmp_path: Path) -> None:
-    from imaginejax.envs.metaworld import scenes
+    from imaginejax.envs.metaworld import host, scenes
 
     _hide(monkeypatch, "metaworld")
+    monkeypatch.setattr(host, "_HOSTS", {})  # a host built by an earlier test holds compiled scenes
     scenes_cache = [f for f in vars(scenes).values() if hasattr(f, "cache_clear")]
     for cached in scenes_cache:
         cached.cache_clear()
