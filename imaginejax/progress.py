@@ -126,9 +126,7 @@ class IntervalProgress:
         runs = len(event.runs)
         before = self.done
         self.chunks[event.chunk] = event.interval * runs
-        if self.bar is not None:
-            if event.resumed:  # restored intervals count as done but not towards the rate
-                self.bar.initial += self.done - before
+        if self.bar is not None:  # restored intervals count as done; the rate restarts below, at compilation
             self.bar.update(self.done - before)
         if event.resumed:
             return
