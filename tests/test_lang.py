@@ -22,11 +22,14 @@ from safetensors.numpy import load_file
 from imaginejax.lang import (
     EMBED_DIM,
     EmbeddingCache,
+    EmbeddingTable,
+    EmbeddingTableError,
     InstructionEncoder,
     ModelFilesNotFoundError,
     WeightLoadError,
     default_encoder,
     encode_instructions,
+    export_embedding_table,
 )
 from imaginejax.lang.encoder import bert_params_from_state_dict, bucket_size
 
@@ -326,3 +329,40 @@ def test_bucket_sizes() -> None:
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-v", "-s"]))
+
+
+def test_embedding_table_gives_the_encoders_bits_without_the_model(encoder: InstructionEncoder,
+                                                                   tmp_path: Path) -> None:
+    texts = ["push the red ball to the left of the blue ball", "open the drawer", "naïve café"]
+    path = export_embedding_table(tmp_path / "table.npz", texts + texts[:1], encoder)
+    table = EmbeddingTable(path)
+    assert len(table) == 3 and table.dim == encoder.dim
+    assert (table.model_id, table.fingerprint) == (encoder.model_id, encoder.fingerprint)
+    for normalize in (True, False):
+        np.testing.assert_array_equal(table.encode(texts[::-1], normalize=normalize),
+                                      encoder.encode(texts[::-1], normalize=normalize))
+    with pytest.raises(EmbeddingTableError, match="'close the window'.*export_embedding_table"):
+        table.encode(["open the drawer", "close the window"])
+
+    with pytest.MonkeyPatch.context() as patch:  # the shared encoder becomes the table
+        patch.setenv("IMAGINEJAX_EMBEDDING_TABLE", str(path))
+        default_encoder.cache_clear()
+        try:
+            assert isinstance(default_encoder(), EmbeddingTable)
+            np.testing.assert_array_equal(encode_instructions(texts), encoder.encode(texts))
+        finally:
+            default_encoder.cache_clear()
+
+
+def test_embedding_table_refuses_bad_files(tmp_path: Path) -> None:
+    with pytest.raises(EmbeddingTableError, match="does not exist"):
+        EmbeddingTable(tmp_path / "absent.npz")
+    truncated = tmp_path / "truncated.npz"
+    truncated.write_bytes(b"PK\x03\x04 not a whole archive")
+    with pytest.raises(EmbeddingTableError, match="malformed"):
+        EmbeddingTable(truncated)
+    no_model = tmp_path / "no_model.npz"
+    np.savez(no_model, text_bytes=np.zeros(0, np.uint8), text_offsets=np.zeros(1, np.int64),
+             embeddings=np.zeros((0, 4), np.float32), format_version=np.int64(1))
+    with pytest.raises(EmbeddingTableError, match="model_id"):
+        EmbeddingTable(no_model)

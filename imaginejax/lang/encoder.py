@@ -33,6 +33,7 @@ import re
 import threading
 import time
 import warnings
+import zipfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -694,10 +695,96 @@ class InstructionEncoder:
         return l2_normalize(vectors) if normalize else vectors
 
 
+# ---------------------------------------------------------------------------------------------------
+# A precomputed table, for machines without the encoder's files
+
+EMBEDDING_TABLE_VARIABLE = "IMAGINEJAX_EMBEDDING_TABLE"
+
+
+class EmbeddingTableError(ValueError):
+    """An embedding table is malformed, or lacks an instruction that was asked for."""
+
+
+def export_embedding_table(path: str | Path, texts: Sequence[str],
+                           encoder: InstructionEncoder | None = None) -> Path:
+    """Write the pooled, unnormalised embeddings of ``texts`` (M,) to one ``.npz`` file, atomically.
+
+    The file is a cache chunk (``text_bytes``, ``text_offsets``, ``embeddings`` (M, E) float32,
+    ``format_version``) plus ``model_id`` and ``fingerprint`` of ``encoder`` (default: the shared
+    all-MiniLM-L6-v2), as UTF-8 bytes. :class:`EmbeddingTable` reads it back.
+    """
+    encoder = encoder if encoder is not None else InstructionEncoder()
+    unique = list(dict.fromkeys(validate_texts(texts)))
+    vectors = encoder.encode(unique, normalize=False)
+    text_bytes, offsets = _pack_texts(unique)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path) as temp, open(temp, "wb") as handle:
+        np.savez(handle, text_bytes=text_bytes, text_offsets=offsets, embeddings=vectors,
+                 format_version=np.int64(_CACHE_FORMAT_VERSION),
+                 model_id=np.frombuffer(encoder.model_id.encode(), np.uint8),
+                 fingerprint=np.frombuffer(encoder.fingerprint.encode(), np.uint8),
+                 normalize=np.bool_(encoder.normalize_default))
+    return path
+
+
+class EmbeddingTable:
+    """Embeddings looked up in a file written by :func:`export_embedding_table`; no model is loaded.
+
+    Same interface as :class:`InstructionEncoder` (``encode``, ``dim``, ``model_id``, ``fingerprint``,
+    ``normalize_default``) and the same bits for the texts it holds; a text it lacks raises
+    :class:`EmbeddingTableError` naming it and the file.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise EmbeddingTableError(f"embedding table {self.path} (${EMBEDDING_TABLE_VARIABLE}) does not exist")
+        try:
+            with np.load(self.path, allow_pickle=False) as archive:
+                missing = {"model_id", "fingerprint", "normalize"} - set(archive.files)
+                if missing:
+                    raise ValueError(f"missing arrays {sorted(missing)}")
+                self.model_id = archive["model_id"].tobytes().decode()
+                self.fingerprint = archive["fingerprint"].tobytes().decode()
+                self.normalize_default = bool(archive["normalize"])
+                dim = int(archive["embeddings"].shape[-1])
+            texts, vectors = read_cache_chunk(self.path, dim)
+        except (ValueError, OSError, KeyError, zipfile.BadZipFile) as error:
+            raise EmbeddingTableError(f"embedding table {self.path} is malformed: {error}; write it again "
+                                      "with imaginejax.lang.export_embedding_table") from None
+        vectors.setflags(write=False)
+        self.dim = dim
+        self._vectors = dict(zip(texts, vectors))
+
+    def __len__(self) -> int:
+        return len(self._vectors)
+
+    def encode(self, texts: Sequence[str], *, normalize: bool | None = None,
+               use_cache: bool = True) -> np.ndarray:
+        """(M,) strings -> (M, E) float32, as :meth:`InstructionEncoder.encode` (``use_cache`` is moot)."""
+        del use_cache
+        texts = validate_texts(texts)
+        missing = [text for text in dict.fromkeys(texts) if text not in self._vectors]
+        if missing:
+            raise EmbeddingTableError(
+                f"{len(missing)} instruction(s) are not in the embedding table {self.path} "
+                f"({len(self)} instructions), e.g. {missing[0]!r}: export a table that holds them with "
+                f"imaginejax.lang.export_embedding_table on a machine with the encoder's files, or unset "
+                f"${EMBEDDING_TABLE_VARIABLE} to load the encoder")
+        normalize = self.normalize_default if normalize is None else normalize
+        if not texts:
+            return np.zeros((0, self.dim), np.float32)
+        vectors = np.stack([self._vectors[text] for text in texts]).astype(np.float32, copy=False)
+        return l2_normalize(vectors) if normalize else vectors
+
+
 @functools.lru_cache(maxsize=1)
-def default_encoder() -> InstructionEncoder:
-    """The shared all-MiniLM-L6-v2 encoder (loaded on first call, then reused)."""
-    return InstructionEncoder()
+def default_encoder() -> InstructionEncoder | EmbeddingTable:
+    """The shared all-MiniLM-L6-v2 encoder (loaded on first call, then reused), or the precomputed
+    :class:`EmbeddingTable` named by ``$IMAGINEJAX_EMBEDDING_TABLE`` when that is set."""
+    table = os.environ.get(EMBEDDING_TABLE_VARIABLE)
+    return EmbeddingTable(table) if table else InstructionEncoder()
 
 
 def encode_instructions(texts: Sequence[str], *, normalize: bool = True,
