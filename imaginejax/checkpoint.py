@@ -36,6 +36,12 @@ Guarantees:
   int32/64, uint32 PRNG key data, bool). Zero-size arrays, which orbax refuses to store, are kept in
   the manifest only (their shape and dtype are their whole content).
 
+Several processes (:mod:`imaginejax.distributed`): every process calls :func:`save_checkpoint` with the
+same arrays and takes part in orbax's multi-host save, whose barriers keep them in step; the primary
+host (process 0) alone writes the tree, finalizes (the manifest, the seal) and renames, and alone
+clears what a killed process left. Every process reads with :func:`load_checkpoint`, so the directory
+must be on storage all processes see.
+
 Arrays are named by their pytree path (:func:`flatten_named`, ``jax.tree_util.keystr``), so a
 checkpoint restores into the structure the caller builds for the same run (:func:`unflatten_named`),
 and ``orbax.checkpoint.PyTreeCheckpointer().restore(step / "arrays" / "tree")`` reads the same
@@ -381,7 +387,9 @@ def save_checkpoint(directory: str | os.PathLike[str], interval: int, arrays: di
     meta = json.loads(json.dumps(meta))  # fail here, not in orbax's finalize, on non-JSON metadata
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    for stale in [*directory.glob(f"*{_TMP_MARK}*"), directory / _TRASH]:  # left by a killed process
+    primary = jax.process_index() == 0  # orbax's primary host; the others wait at its barriers
+    # Before orbax's first barrier, so no process has begun writing this save's temporary directory.
+    for stale in [*directory.glob(f"*{_TMP_MARK}*"), directory / _TRASH] if primary else []:
         shutil.rmtree(stale, ignore_errors=True)
     manager = _manager(directory, keep)
     try:
@@ -391,7 +399,8 @@ def save_checkpoint(directory: str | os.PathLike[str], interval: int, arrays: di
         manager.wait_until_finished()
     finally:
         manager.close()
-    shutil.rmtree(directory / _TRASH, ignore_errors=True)
+    if primary:
+        shutil.rmtree(directory / _TRASH, ignore_errors=True)
     return checkpoint_path(directory, interval)
 
 

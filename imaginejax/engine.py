@@ -19,7 +19,7 @@ Scale-out:
   (``NamedSharding(mesh, P('runs'))`` on run-leading arrays, datasets replicated) and the interval runs
   under ``shard_map``: each device trains its own slice of runs, no communication. R is padded up to a
   multiple of the device count (copies of the last run) and the padding is dropped from the results.
-  Multi-host: call :func:`imaginejax.sweep.init_distributed` first; the mesh then spans every host's
+  Multi-host: call :func:`imaginejax.distributed.initialize` first; the mesh then spans every host's
   devices (arrays are built from each process's identical host copy and gathered for logging).
 * **Bitwise reproducibility.** XLA's CPU code for a vmapped reduction depends on the vmapped size, so
   a run's numbers depend (at float round-off) on how many runs share a call. ``EngineConfig.run_block

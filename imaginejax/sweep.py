@@ -19,7 +19,12 @@ Conventions:
 
 :func:`run_sweep` estimates memory before anything is compiled (:meth:`Trainer.memory_estimate`),
 picks the largest chunk of runs that fits the budget on every device, and trains the chunks one after
-another (results concatenated in run order). :func:`init_distributed` joins a multi-host job.
+another (results concatenated in run order).
+
+Across processes (:mod:`imaginejax.distributed`): every process calls :func:`run_sweep` with the same
+sweep and datasets; their digests are compared before anything compiles, the memory budget is the
+smallest of the processes', only the writer (process 0) writes ``run_dir``, and every process returns
+the same result, its state gathered to host arrays.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from typing import Any, Callable, Mapping, Sequence
 import jax
 import numpy as np
 
+from imaginejax import distributed
 from imaginejax.files import write_json
 from imaginejax.data.types import Transitions
 from imaginejax.engine import MemoryEstimate, TrainResult, Trainer, default_mesh
@@ -305,36 +311,43 @@ def run_sweep(trainer: Trainer, sweep: Sweep, base_hp: PyTree, real: Transitions
     resolved = default_mesh() if mesh == "auto" else mesh
     num_devices = 1 if resolved is None else int(resolved.devices.size)
     budget = default_memory_budget() if memory_budget is None else int(memory_budget)
+    many = jax.process_count() > 1
+    if many:
+        budget = distributed.smallest(budget)  # every process must cut the same chunks
+        distributed.check_same(_inputs(trainer, sweep, arrays, real, imag))
     chunk = plan_chunks(sweep.num_runs, estimate, budget, num_devices)
     if log is None:
         log = lambda s: print(s, flush=True, file=sys.stderr)
-    log(f"sweep: {sweep.num_runs} runs on {num_devices} device(s); estimated {_mib(estimate.per_run)} per run + "
+    log(f"sweep: {sweep.num_runs} runs on {num_devices} device(s)"
+        + (f" of {jax.process_count()} processes" if many else "")
+        + f"; estimated {_mib(estimate.per_run)} per run + "
         f"{_mib(estimate.shared)} shared, budget {_mib(budget)} per device -> "
         f"{-(-sweep.num_runs // chunk)} chunk(s) of <= {chunk} runs")
-    meta = {"runs_per_chunk": chunk, "devices": num_devices, "estimate": dataclasses.asdict(estimate),
-            "budget": budget, "engine": dataclasses.asdict(trainer.config), "algo": trainer.algo.name}
-    if run_dir is not None:
+    meta = {"runs_per_chunk": chunk, "devices": num_devices, "processes": jax.process_count(),
+            "estimate": dataclasses.asdict(estimate), "budget": budget, "engine": dataclasses.asdict(trainer.config),
+            "algo": trainer.algo.name}
+    writes = run_dir is not None and distributed.is_writer()
+    if writes:
         Path(run_dir).mkdir(parents=True, exist_ok=True)
         write_json(Path(run_dir) / "sweep.json", {"runs": sweep.to_json(), **meta})
     result = trainer.train(arrays.keys, arrays.hp, real, imag, arrays.ratios, log=log, mesh=resolved,
-                           runs_per_chunk=chunk, run_dir=run_dir, source=arrays.sources, **train_kwargs)
+                           runs_per_chunk=chunk, run_dir=run_dir if writes else None, source=arrays.sources,
+                           **train_kwargs)
+    if many:
+        result = dataclasses.replace(result, state=distributed.gather(result.state))
     return SweepResult(sweep=sweep, result=result, runs_per_chunk=chunk, estimate=estimate, meta=meta)
 
 
-def init_distributed() -> bool:
-    """Joins a multi-host job when the standard environment says there is one; call before any JAX work.
-
-    Calls ``jax.distributed.initialize()`` (which reads ``JAX_COORDINATOR_ADDRESS``,
-    ``JAX_NUM_PROCESSES``, ``JAX_PROCESS_ID``, or detects SLURM / Cloud TPU / MPI clusters itself) when
-    ``JAX_COORDINATOR_ADDRESS`` is set or ``IMAGINEJAX_DISTRIBUTED=1``. Every process must then build the
-    same sweep and datasets; the engine's default mesh spans all hosts' devices and results are gathered
-    on every process. Not exercised by the tests (one host here).
-
-    Returns:
-      True if a distributed job was joined.
-    """
-    wanted = os.environ.get("JAX_COORDINATOR_ADDRESS") or os.environ.get("IMAGINEJAX_DISTRIBUTED") == "1"
-    if not wanted:
-        return False
-    jax.distributed.initialize()
-    return True
+def _inputs(trainer: Trainer, sweep: Sweep, arrays: SweepArrays, real: Transitions,
+            imag: Sequence[Transitions] | Transitions | None) -> dict[str, str]:
+    """Digests of everything a process feeds the engine, by what a mismatch message should call it."""
+    parts = {"sweep table": repr(sweep.to_json()),
+             "algorithm and engine settings": repr((trainer.algo.name, trainer.spec, trainer.config, trainer.levels)),
+             "hyperparameters": distributed.digest(arrays.hp),
+             "evaluation levels": distributed.digest(trainer.eval_params),
+             "real data": distributed.digest(real)}
+    sources = [] if imag is None else [imag] if isinstance(imag, Transitions) else list(imag)
+    names = sweep.data_names or ("imag",)
+    parts.update({f"imaginary data {names[i] if i < len(names) else i}": distributed.digest(buffer)
+                  for i, buffer in enumerate(sources)})
+    return parts

@@ -26,7 +26,8 @@ LAYERS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
     (2, "lang", ("imaginejax.lang",)),
     (3, "data", ("imaginejax.data",)),
     (4, "algos", ("imaginejax.algos",)),
-    (5, "engine", ("imaginejax.engine", "imaginejax.sweep", "imaginejax.checkpoint", "imaginejax.evaluation")),
+    (5, "engine", ("imaginejax.engine", "imaginejax.sweep", "imaginejax.checkpoint", "imaginejax.evaluation",
+                   "imaginejax.distributed")),
     (6, "imaginer", ("imaginejax.imaginer",)),
     (7, "interop", ("imaginejax.interop",)),
     # The imaginer's quality study is a command-line driver over bench's data cache, like bench itself.
