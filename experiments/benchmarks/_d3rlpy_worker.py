@@ -43,14 +43,12 @@ import json
 import os
 import sys
 import time
-import traceback
 from typing import Any
 
-# The protocol owns the real stdout; anything else printed to it (d3rlpy's structlog, gym's warnings,
-# progress bars) goes to stderr, so a stray print can never corrupt an answer.
-PROTOCOL = os.fdopen(os.dup(1), "w", encoding="utf-8")
-os.dup2(2, 1)
-sys.stdout = sys.stderr
+from _common import protocol_stdout, serve
+
+# Before d3rlpy's imports: its structlog, gym's warnings and progress bars must not reach the answers.
+PROTOCOL = protocol_stdout()
 
 import numpy as np
 import torch
@@ -63,6 +61,8 @@ from d3rlpy.models.torch import Encoder, EncoderWithAction
 
 EPISODE_LENGTH = 100
 NUM_INSTRUCTIONS = 64
+# d3rlpy's device for every algorithm of this process: "cuda:0" on a GPU machine, False (CPU) by default.
+DEVICE = os.environ.get("IMAGINEJAX_D3RLPY_DEVICE") or False
 
 
 def _tanh_layers(in_dim: int, width: int, layers: int) -> tuple[nn.Module, int]:
@@ -239,7 +239,7 @@ class Worker:
             return self.algos[key]
         dataset = self.dataset(req)
         d3rlpy.seed(seed)
-        algo = make_config(req["algo"], req["discrete"], req["batch_size"], req["nets"]).create(device=False)
+        algo = make_config(req["algo"], req["discrete"], req["batch_size"], req["nets"]).create(device=DEVICE)
         build_scalers_with_transition_picker(algo, dataset)
         algo.build_with_dataset(dataset)
         if req["algo"] == "prdc":
@@ -279,26 +279,16 @@ class Worker:
 
 def main() -> None:
     worker = Worker()
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        try:
-            req = json.loads(line)
-            op = req.get("op")
-            if op == "quit":
-                break
-            if op == "hello":
-                answer = {"ok": True, "d3rlpy": d3rlpy.__version__, "torch": torch.__version__,
-                          "torch_threads": torch.get_num_threads(), "python": sys.version.split()[0]}
-            elif op == "measure":
-                answer = worker.measure(req)
-            else:
-                answer = {"ok": False, "error": f"unknown op {op!r} (hello, measure, quit)"}
-        except Exception as exc:  # the launcher reports the failure and goes on with other algorithms
-            traceback.print_exc(file=sys.stderr)
-            answer = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
-        PROTOCOL.write(json.dumps(answer) + "\n")
-        PROTOCOL.flush()
+
+    def handle(req: dict[str, Any]) -> dict[str, Any]:
+        if req.get("op") == "hello":
+            return {"d3rlpy": d3rlpy.__version__, "torch": torch.__version__,
+                    "torch_threads": torch.get_num_threads(), "device": DEVICE or "cpu", "python": sys.version.split()[0]}
+        if req.get("op") == "measure":
+            return worker.measure(req)
+        raise ValueError(f"unknown op {req.get('op')!r} (hello, measure, quit)")
+
+    serve(handle, PROTOCOL)
 
 
 if __name__ == "__main__":

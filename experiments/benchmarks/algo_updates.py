@@ -1,8 +1,8 @@
 """Gradient updates per second of every registered algorithm, against d3rlpy (PyTorch), with % of matmul peak.
 
     python experiments/benchmarks/algo_updates.py [--algos bc td3bc ...] [--seeds 1 8] [--updates N]
-                                                  [--repeats 3] [--torch-threads T] [--cpu-devices D]
-                                                  [--d3rlpy-budget 20] [--no-d3rlpy]
+                                                  [--repeats 5] [--torch-threads 1 2] [--cpu-devices D]
+                                                  [--d3rlpy-budget 20] [--no-d3rlpy] [--allow-busy]
 
 What is measured, for every algorithm in ``imaginejax.algos.registered()`` (or ``--algos``) and both
 action spaces it supports (a missing (algorithm, action space) pair is listed as skipped):
@@ -27,14 +27,19 @@ action spaces it supports (a missing (algorithm, action space) pair is listed as
   (deterministic) / DiscreteBC, TD3PlusBC, CQL / DiscreteCQL, BCQ / DiscreteBCQ, PRDC (d3rlpy 2.8 ships
   it: TD3 + an sklearn ``NearestNeighbors`` query per actor step, the reference's design). Discrete
   TD3+BC and COMBO have no d3rlpy counterpart: "no comparison".
-* **Alternation**: for every repeat, JAX and d3rlpy are timed one after the other for each seed count,
-  so both see the same machine load; the table gives the medians and ratio = JAX / d3rlpy.
+* **Alternation and threads**: d3rlpy runs in one worker per ``--torch-threads`` setting (default 1 and 2,
+  ``OMP_WAIT_POLICY=PASSIVE``); for every repeat, JAX and each d3rlpy worker are timed one after the
+  other (``_common.alternate``) for each seed count, so all see the same machine load. The table gives
+  the best and the median rate of each side (d3rlpy at its faster thread setting, by median) and
+  ratio = JAX / d3rlpy of the best rates and of the medians.
+* **Load**: the run refuses to start at a load average above the core count unless ``--allow-busy``
+  is given; the table then says "busy" beside the load average before and after.
 * **FLOPs and % of peak**: the matrix-multiply FLOPs of one update are counted exactly on its jaxpr
   (``matmul_peak.matmul_flops``: forward and backward dots as ``jax.grad`` wrote them, scan bodies ×
   length) and cross-checked against XLA's cost analysis of the compiled call (all FLOPs, elementwise
   included; XLA counts a loop body once, so this is one update, and loops *inside* an update — PRDC's
   chunked search, COMBO's rollouts — are undercounted there, not in the jaxpr count). GFLOP/s = matmul
-  FLOPs per update × JAX updates/s; % of peak divides it by this CPU's float32 matmul peak, the best
+  FLOPs per update × JAX's best updates/s; % of peak divides it by this CPU's float32 matmul peak, the best
   rate of large square ``jnp.dot`` s and of chained batch-256 products (``matmul_peak.py``), probed before,
   between and after the algorithms (the best counts; above 100% means the machine was busy).
 * N (``--updates``): by default chosen per algorithm from its FLOPs so that one 1-seed call lasts about
@@ -54,10 +59,9 @@ multi-device machine. To see whether XLA's flags matter, run the same subset und
         python experiments/benchmarks/algo_updates.py --algos bc td3bc --no-d3rlpy --out /tmp/b
     python experiments/benchmarks/algo_updates.py --algos bc td3bc --no-d3rlpy --cpu-devices 2 --out /tmp/c
 
-PyTorch uses all cores by default. On a machine shared with other busy processes its
-OpenMP workers spin-wait for each other and d3rlpy slows down by 10-50×; ``--torch-threads 1`` is then
-fairer (measured at load ≈ 7 on 2 cores: d3rlpy BC 66 updates/s with 1 thread vs 4 with 2). The
-thread count is recorded. XLA's flags (e.g.
+On a machine shared with other busy processes, OpenMP workers that spin-wait for each other stall
+d3rlpy by an order of magnitude (docs/benchmarks.md); hence the passive wait policy and the thread
+settings tried side by side. XLA's flags (e.g.
 ``XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"``) are read from the
 environment and recorded too.
 
@@ -74,7 +78,6 @@ import math
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -96,6 +99,8 @@ from imaginejax.engine import broadcast_runs
 from imaginejax.files import write_text
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import (Spread, Worker, add_load_arguments, alternate, check_load, fastest, fmt_spread,  # noqa: E402
+                     is_busy, load_note, thread_env)
 from matmul_peak import FlopCount, chained_product_rate, matmul_flops, matmul_peak, xla_flops  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -359,43 +364,18 @@ def reference_python() -> Path:
     return Path(configured) if configured else REPO_ROOT / ".venv-ref" / "bin" / "python"
 
 
-class D3rlpyWorker:
-    """The long-lived ``_d3rlpy_worker.py`` process; one JSON line per request and per answer."""
-
-    def __init__(self, python: Path, torch_threads: int | None):
-        env = dict(os.environ)
-        if torch_threads is not None:
-            env.update(OMP_NUM_THREADS=str(torch_threads), MKL_NUM_THREADS=str(torch_threads))
-        self.proc = subprocess.Popen([str(python), str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, text=True, env=env)
-        self.info = self.ask({"op": "hello"})
-
-    def ask(self, request: dict[str, Any]) -> dict[str, Any]:
-        """Sends one request and returns the answer (raises RuntimeError if the worker died)."""
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        try:
-            self.proc.stdin.write(json.dumps(request) + "\n")
-            self.proc.stdin.flush()
-            line = self.proc.stdout.readline()
-        except BrokenPipeError:
-            line = ""
-        if not line:
-            raise RuntimeError(f"the d3rlpy worker exited (code {self.proc.poll()}); run "
-                               f"`{reference_python()} {WORKER}` by hand to see why")
-        answer = json.loads(line)
-        if not answer.get("ok"):
-            raise RuntimeError(answer.get("error", "unknown worker error"))
-        return answer
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                assert self.proc.stdin is not None
-                self.proc.stdin.write(json.dumps({"op": "quit"}) + "\n")
-                self.proc.stdin.flush()
-                self.proc.wait(timeout=30)
-            except (BrokenPipeError, subprocess.TimeoutExpired):
-                self.proc.kill()
+def d3rlpy_workers(python: Path, threads: list[int]) -> dict[int, Worker]:
+    """One long-lived ``_d3rlpy_worker.py`` process per thread setting (passive OpenMP workers)."""
+    workers: dict[int, Worker] = {}
+    try:
+        for t in threads:
+            workers[t] = Worker([str(python), str(WORKER)], thread_env(t), quiet=True)
+            workers[t].ask({"op": "hello"})
+    except (RuntimeError, json.JSONDecodeError):
+        for worker in workers.values():
+            worker.close()
+        raise
+    return workers
 
 
 def net_json(net: NetConfig) -> dict[str, Any]:
@@ -416,71 +396,84 @@ def d3rlpy_request(name: str, shapes: ShapeSet, setting: Setting, seeds: int, up
 # The benchmark
 # ---------------------------------------------------------------------------------------------------
 def measure_pair(name: str, shapes: ShapeSet, setting: Setting, args: argparse.Namespace, peak: float,
-                 data: Transitions, worker: D3rlpyWorker | None, log: Callable[[str], None]) -> dict[str, Any]:
-    """All seed counts of one (algorithm, action space) pair, JAX and d3rlpy alternating."""
+                 data: Transitions, workers: dict[int, Worker], log: Callable[[str], None]) -> dict[str, Any]:
+    """All seed counts of one (algorithm, action space) pair, JAX and each d3rlpy thread setting alternating.
+
+    A sample is seconds per update (all seeds' updates together), so d3rlpy's budget-shortened runs
+    compare at their true rate; rates are 1 / sample.
+    """
     algo = algos.make(name, shapes.spec, setting.net)
     flops = update_flops(algo, shapes, setting.batch_size, data)
     updates = args.updates or auto_updates(flops["matmul"], peak, args.target_seconds)
     log(f"{name} {shapes.name}: batch {setting.batch_size}, {flops['matmul'] / 1e6:,.1f} matmul MFLOP/update, "
         f"N = {updates}")
-    benches = {}
-    for seeds in args.seeds:
-        benches[seeds] = build_jax(name, shapes, setting, seeds, updates, data)
-        log(f"  JAX R={seeds}: compiled in {benches[seeds].compile_seconds:.1f}s")
-    compare = worker is not None and setting.d3rlpy is not None
-    d3_note = ""
-    jax_times: dict[int, list[float]] = {s: [] for s in args.seeds}
-    d3_runs: dict[int, list[dict[str, Any]]] = {s: [] for s in args.seeds}
-    for _ in range(args.repeats):
-        for seeds in args.seeds:
-            jax_times[seeds].append(benches[seeds].time_call())
-            if compare and not d3_note:
-                try:
-                    d3_runs[seeds].append(worker.ask(d3rlpy_request(
-                        name, shapes, setting, seeds, updates, args.dataset_size, args.warmup,
-                        args.d3rlpy_budget)))
-                except RuntimeError as exc:
-                    d3_note = f"d3rlpy failed: {exc}"
-                    log(f"  {d3_note}")
+    compare = bool(workers) and setting.d3rlpy is not None
     rows = []
     for seeds in args.seeds:
-        jax_ups = seeds * updates / statistics.median(jax_times[seeds])
+        bench = build_jax(name, shapes, setting, seeds, updates, data)
+        log(f"  JAX R={seeds}: compiled in {bench.compile_seconds:.1f}s")
+        d3_runs: dict[int, list[dict[str, Any]]] = {t: [] for t in workers}
+
+        def d3rlpy_sample(threads: int) -> Callable[[], float]:
+            def measure() -> float:
+                run = workers[threads].ask(d3rlpy_request(name, shapes, setting, seeds, updates, args.dataset_size,
+                                                          args.warmup, args.d3rlpy_budget))
+                d3_runs[threads].append(run)
+                return run["seconds"] / run["updates"]
+            return measure
+
+        contenders = {"jax": lambda: bench.time_call() / (seeds * updates)}
+        if compare:
+            contenders.update({f"d3rlpy {t}": d3rlpy_sample(t) for t in workers})
+        d3_note = ""
+        try:
+            samples = alternate(contenders, args.repeats)
+        except RuntimeError as exc:  # d3rlpy failed: time JAX alone
+            d3_note = f"d3rlpy failed: {exc}"
+            log(f"  {d3_note}")
+            samples = alternate({"jax": contenders["jax"]}, args.repeats)
+        jax_spread = Spread.of(samples["jax"])
+        jax_best, jax_ups = jax_spread.rates(1.0)
         row: dict[str, Any] = {
             "algorithm": name, "action_space": shapes.name, "seeds": seeds, "batch_size": setting.batch_size,
-            "updates_per_call": updates, "jax_updates_per_s": jax_ups,
-            "jax_seconds": jax_times[seeds], "jax_compile_seconds": benches[seeds].compile_seconds,
-            "jax_devices": benches[seeds].devices,
+            "updates_per_call": updates, "jax_updates_per_s": jax_ups, "jax_best_updates_per_s": jax_best,
+            "jax_seconds": [s * seeds * updates for s in samples["jax"]],
+            "jax_compile_seconds": bench.compile_seconds, "jax_devices": bench.devices,
             "matmul_flops_per_update": flops["matmul"],
             # a partitioned program's cost analysis is per device
-            "xla_flops_per_update": benches[seeds].xla_flops * benches[seeds].devices / seeds,
+            "xla_flops_per_update": bench.xla_flops * bench.devices / seeds,
             "dots_per_update": flops["dots"], "while_loops": flops["while_loops"],
             "jax_params": flops["params"],
-            "gflops_per_s": flops["matmul"] * jax_ups / 1e9,
-            "percent_of_peak": 100.0 * flops["matmul"] * jax_ups / peak,
-            "d3rlpy_class": setting.d3rlpy, "d3rlpy_updates_per_s": None, "d3rlpy_update_only_per_s": None,
-            "d3rlpy_params": None, "ratio": None,
+            "gflops_per_s": flops["matmul"] * jax_best / 1e9,
+            "percent_of_peak": 100.0 * flops["matmul"] * jax_best / peak,
+            "d3rlpy_class": setting.d3rlpy, "d3rlpy_updates_per_s": None, "d3rlpy_best_updates_per_s": None,
+            "d3rlpy_threads": None, "d3rlpy_update_only_per_s": None, "d3rlpy_params": None,
+            "ratio": None, "ratio_best": None,
             "note": d3_note or setting.note,
         }
         if flops["while_loops"]:
             row["note"] += (f"{'; ' if row['note'] else ''}{flops['while_loops']} while loop(s) per update counted "
                             "once: its FLOPs are a lower bound")
-        runs = d3_runs[seeds]
-        if runs and len(runs) == args.repeats:
-            d3_ups = statistics.median(r["updates"] / r["seconds"] for r in runs)
-            row.update(d3rlpy_updates_per_s=d3_ups,
+        if compare and not d3_note:
+            spreads = {t: Spread.of(samples[f"d3rlpy {t}"]) for t in workers}
+            threads = fastest(spreads)
+            runs = d3_runs[threads]
+            d3_best, d3_ups = spreads[threads].rates(1.0)
+            row.update(d3rlpy_updates_per_s=d3_ups, d3rlpy_best_updates_per_s=d3_best, d3rlpy_threads=threads,
+                       d3rlpy_updates_per_s_by_threads={t: 1.0 / sp.median for t, sp in spreads.items()},
                        d3rlpy_update_only_per_s=statistics.median(r["updates"] / r["update_seconds"] for r in runs),
                        d3rlpy_seconds=[r["seconds"] for r in runs], d3rlpy_params=runs[0]["params"],
                        d3rlpy_updates_done=[r["updates"] for r in runs],
                        d3rlpy_updates_requested=runs[0]["requested"],
-                       ratio=jax_ups / d3_ups)
-        elif compare and not d3_note:
-            row["note"] = "d3rlpy not measured"
-        elif setting.d3rlpy is not None and worker is None:
+                       ratio=jax_ups / d3_ups, ratio_best=jax_best / d3_best)
+        elif setting.d3rlpy is not None and not workers:
             row["note"] = "d3rlpy side not run (--no-d3rlpy or no reference interpreter)"
         rows.append(row)
-        log(f"  R={seeds}: JAX {jax_ups:,.1f} updates/s ({row['percent_of_peak']:.0f}% of peak)"
-            + (f", d3rlpy {row['d3rlpy_updates_per_s']:,.1f} updates/s, ratio {row['ratio']:.2f}"
-               if row["ratio"] is not None else ""))
+        log(f"  R={seeds}: JAX {jax_best:,.1f} / {jax_ups:,.1f} updates/s (best / median, "
+            f"{row['percent_of_peak']:.0f}% of peak)"
+            + (f", d3rlpy ({row['d3rlpy_threads']} thr) {d3_best:,.1f} / {d3_ups:,.1f}, ratio "
+               f"{row['ratio_best']:.2f} / {row['ratio']:.2f}" if row["ratio"] is not None else ""))
+        del bench
     return {"rows": rows}
 
 
@@ -499,11 +492,15 @@ def fmt(value: float | None, digits: int = 1) -> str:
 
 def render(rows: list[dict[str, Any]], skipped: list[str], meta: dict[str, Any]) -> str:
     """The markdown report: main table, network/FLOP table, notes, machine."""
-    head = ("| algorithm | action space | seeds | batch | JAX updates/s | d3rlpy updates/s | ratio | GFLOP/s | "
-            "% of peak |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n")
+    head = ("| algorithm | action space | seeds | batch | JAX updates/s (best / median) | d3rlpy updates/s "
+            "(best / median) | d3rlpy threads | ratio (best / median) | GFLOP/s | % of peak |\n"
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+    pair = lambda a, b, digits=1: "–" if a is None else f"{fmt(a, digits)} / {fmt(b, digits)}"  # noqa: E731
     table = head + "\n".join(
         f"| {r['algorithm']} | {r['action_space']} | {r['seeds']} | {r['batch_size']} | "
-        f"{fmt(r['jax_updates_per_s'])} | {fmt(r['d3rlpy_updates_per_s'])} | {fmt(r['ratio'], 2)} | "
+        f"{pair(r['jax_best_updates_per_s'], r['jax_updates_per_s'])} | "
+        f"{pair(r['d3rlpy_best_updates_per_s'], r['d3rlpy_updates_per_s'])} | {r['d3rlpy_threads'] or '–'} | "
+        f"{pair(r['ratio_best'], r['ratio'], 2)} | "
         f"{fmt(r['gflops_per_s'])} | {fmt(r['percent_of_peak'], 0)} |" for r in rows)
     per_pair = {(r["algorithm"], r["action_space"]): r for r in rows}
     detail = ("| algorithm | action space | d3rlpy class | params JAX / d3rlpy | matmul MFLOP/update | "
@@ -517,13 +514,16 @@ def render(rows: list[dict[str, Any]], skipped: list[str], meta: dict[str, Any])
     probes = ", ".join(f"{k} {v:.0f}" for k, v in meta["peak_probes_gflops"].items())
     d3 = meta.get("d3rlpy") or {}
     lines = [table, "", detail, "",
-             f"Peak: {meta['peak_gflops']:.0f} GFLOP/s float32 (best of the probes, GFLOP/s: {probes}). "
-             "GFLOP/s and % of peak count matmul FLOPs only (exact, from the jaxpr).", "",
-             f"d3rlpy: {d3.get('d3rlpy', 'not run')}, torch {d3.get('torch', '–')} with "
-             f"{d3.get('torch_threads', '–')} threads; several seeds = sequential runs, updates/s summed. "
-             f"JAX {meta['jax']} on {meta['cpu']} ({meta['cores']} cores, {len(meta['devices'])} JAX "
-             f"device(s)), XLA_FLAGS={meta['xla_flags'] or '(none)'}; load average "
-             f"{meta['load_before'][0]:.1f} before, {meta['load_after'][0]:.1f} after; {meta['date']}."]
+             f"Peak: {meta['peak_gflops']:.0f} GFLOP/s float32, measured in this run (best of the probes, "
+             f"GFLOP/s: {probes}). GFLOP/s and % of peak count matmul FLOPs only (exact, from the jaxpr) at "
+             "JAX's best rate.", "",
+             f"Best and median of {meta['args']['repeats']} alternating samples per side (JAX, then d3rlpy at "
+             f"each thread setting, {', '.join(map(str, meta['args']['torch_threads']))}, OMP_WAIT_POLICY=PASSIVE; "
+             "the faster by median is shown). "
+             f"d3rlpy: {d3.get('d3rlpy', 'not run')}, torch {d3.get('torch', '–')}; several seeds = sequential "
+             f"runs, updates/s summed. JAX {meta['jax']} on {meta['cpu']} ({meta['cores']} cores, "
+             f"{len(meta['devices'])} JAX device(s)), XLA_FLAGS={meta['xla_flags'] or '(none)'}; "
+             f"{load_note(meta['load_before'][0], meta['load_after'][0], meta['cores'])}; {meta['date']}."]
     if any(r["percent_of_peak"] > 100 for r in rows):
         lines += ["", "**Warning**: some rows exceed 100% of the measured peak, so the peak probes were slowed "
                       "down by other load on this machine: re-run on a quiet machine."]
@@ -548,11 +548,12 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--updates", type=int, default=None, help="N per call (default: from the FLOPs)")
     parser.add_argument("--target-seconds", type=float, default=0.4, help="1-seed call length for automatic N")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2, help="untimed d3rlpy updates per built algorithm")
     parser.add_argument("--dataset-size", type=int, default=50_000)
     parser.add_argument("--peak-size", type=int, default=2048)
-    parser.add_argument("--torch-threads", type=int, default=None, help="default: PyTorch's (all cores)")
+    parser.add_argument("--torch-threads", type=int, nargs="+", default=[1, 2],
+                        help="d3rlpy thread settings timed side by side (OMP_WAIT_POLICY=PASSIVE); the faster counts")
     parser.add_argument("--d3rlpy-budget", type=float, default=20.0,
                         help="seconds after which one d3rlpy measurement stops early (its rate stays exact)")
     parser.add_argument("--cpu-devices", type=int, default=1,
@@ -560,9 +561,12 @@ def main() -> None:
                              "engine does on a multi-device machine (seed counts not divisible stay on one)")
     parser.add_argument("--no-d3rlpy", action="store_true")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "results" / "benchmarks")
+    add_load_arguments(parser)
     args = parser.parse_args()
-    if any(s < 1 for s in args.seeds) or args.repeats < 1 or (args.updates is not None and args.updates < 1):
-        parser.error("--seeds, --repeats and --updates must be >= 1")
+    if (any(s < 1 for s in args.seeds) or args.repeats < 1 or (args.updates is not None and args.updates < 1)
+            or any(t < 1 for t in args.torch_threads)):
+        parser.error("--seeds, --repeats, --updates and --torch-threads must be >= 1")
+    check_load(args.allow_busy)
     log = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
     if args.cpu_devices > 1:  # before the backend starts (nothing has touched a device yet)
         jax.config.update("jax_num_cpu_devices", args.cpu_devices)
@@ -574,7 +578,7 @@ def main() -> None:
 
     load_before = os.getloadavg()
     probes = peak_probes(args.peak_size)
-    worker = None
+    workers: dict[int, Worker] = {}
     d3_info: dict[str, Any] = {}
     if not args.no_d3rlpy:
         python = reference_python()
@@ -582,13 +586,18 @@ def main() -> None:
             skipped.append(f"d3rlpy side: no reference interpreter at {python} (make setup-bench)")
         else:
             try:
-                worker = D3rlpyWorker(python, args.torch_threads)
-                d3_info = worker.info
-                log(f"d3rlpy {d3_info['d3rlpy']}, torch {d3_info['torch']}, {d3_info['torch_threads']} threads")
+                workers = d3rlpy_workers(python, args.torch_threads)
+                d3_info = {t: w.ask({"op": "hello"}) for t, w in workers.items()}
+                d3_info = {"d3rlpy": d3_info[args.torch_threads[0]]["d3rlpy"],
+                           "torch": d3_info[args.torch_threads[0]]["torch"],
+                           "torch_threads": {t: info["torch_threads"] for t, info in d3_info.items()}}
+                log(f"d3rlpy {d3_info['d3rlpy']}, torch {d3_info['torch']}, threads {d3_info['torch_threads']}")
             except (RuntimeError, json.JSONDecodeError) as exc:
                 skipped.append(f"d3rlpy side: worker failed to start ({exc}); install it with "
                                "`.venv-ref/bin/pip install \"d3rlpy==2.8.1\" \"torch==2.13.0\"`")
-                worker = None
+                for worker in workers.values():
+                    worker.close()
+                workers = {}
     peak = max(probes.values())
     rows: list[dict[str, Any]] = []
     key = jax.random.PRNGKey(0)
@@ -601,24 +610,26 @@ def main() -> None:
                     continue
                 setting = SETTINGS.get((name, shapes.discrete), DEFAULT_SETTING)
                 try:
-                    rows += measure_pair(name, shapes, setting, args, peak, data, worker, log)["rows"]
+                    rows += measure_pair(name, shapes, setting, args, peak, data, workers, log)["rows"]
                 except Exception as exc:  # one broken algorithm must not lose the others' numbers
                     skipped.append(f"{name} {shapes.name}: failed ({type(exc).__name__}: {exc})")
                     log(f"{name} {shapes.name} failed: {exc!r}")
                 probes = peak_probes(args.peak_size, probes, repeats=3)
                 peak = max(probes.values())
     finally:
-        if worker is not None:
+        for worker in workers.values():
             worker.close()
     probes = peak_probes(args.peak_size, probes)
     peak_final = max(probes.values())
     for r in rows:  # the best peak seen over the whole run
         r["percent_of_peak"] = 100.0 * r["gflops_per_s"] * 1e9 / peak_final
+    load_after = os.getloadavg()
     meta = {"jax": jax.__version__, "devices": [str(d) for d in jax.devices()], "cpu": cpu_name(),
             "cores": os.cpu_count(), "machine": platform.machine(), "python": platform.python_version(),
             "xla_flags": os.environ.get("XLA_FLAGS", ""), "peak_gflops": peak_final / 1e9,
             "peak_probes_gflops": {k: v / 1e9 for k, v in probes.items()}, "d3rlpy": d3_info,
-            "load_before": load_before, "load_after": os.getloadavg(),
+            "load_before": load_before, "load_after": load_after,
+            "busy": is_busy(load_before[0], load_after[0]),
             "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
             "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
     report = render(rows, skipped, meta)
