@@ -99,8 +99,8 @@ from imaginejax.engine import broadcast_runs
 from imaginejax.files import write_text
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (Spread, Worker, add_load_arguments, alternate, check_load, fastest, fmt_spread,  # noqa: E402
-                     is_busy, load_note, thread_env)
+from _common import (Spread, Worker, add_load_arguments, alternate, check_load, fastest, is_busy,  # noqa: E402
+                     load_note, thread_env)
 from matmul_peak import FlopCount, chained_product_rate, matmul_flops, matmul_peak, xla_flops  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -1,7 +1,8 @@
 """Imaginer fine-tuning throughput: tokens/s of our training steps vs a PyTorch transformers step.
 
     .venv/bin/python experiments/benchmarks/imaginer_finetune.py [--models tiny smollm2-135m]
-        [--modes full lora] [--batch 8] [--length 128] [--steps 3] [--ref-python .venv-ref/bin/python]
+        [--modes full lora] [--batch 8] [--length 128] [--steps 5] [--torch-threads 1 2]
+        [--ref-python .venv-ref/bin/python] [--allow-busy]
 
 For each backbone (the ``tiny`` preset's 4-layer Llama, and SmolLM2-135M's architecture) and each
 mode (full fine-tuning; LoRA rank 16 on q/k/v/o with everything else frozen), on one batch of
@@ -13,15 +14,19 @@ mode (full fine-tuning; LoRA rank 16 on q/k/v/o with everything else frozen), on
 * **PyTorch, LM step** — transformers' ``LlamaForCausalLM(config)`` (SDPA attention), ``loss =
   model(input_ids, labels=input_ids).loss``, backward, ``clip_grad_norm_(1.0)``, ``AdamW``; LoRA as
   rank-16 adapters added to the same four projections (base frozen, the usual unmerged form). Run
-  in the reference interpreter as a subprocess after our measurements (never sharing the CPU);
+  in long-lived workers of the reference interpreter, one per ``--torch-threads`` setting with
+  ``OMP_WAIT_POLICY=PASSIVE``;
 * **ours, KALM step** — what our fine-tuning actually runs (:func:`~imaginejax.imaginer.finetune.make_train_step`)
   on a rollout-task batch of the same shape built by the real batch builder (states and actions
   spliced at placeholders, regression/classification heads, no full-vocabulary logits), for
   context: it is cheaper than an LM step because only text targets need the LM head.
 
 Weights are random with the exact configuration (SmolLM2's read from its GGUF metadata): the speed
-of a step does not depend on their values. tokens/s = real tokens per step / seconds per step (best
-of ``--steps`` timed steps after one warm-up step, which for us includes compilation). Writes
+of a step does not depend on their values. After one warm-up step per side (for us it includes
+compilation), the three steps and every PyTorch worker are timed in alternation, ``--steps`` rounds;
+tokens/s = real tokens per step / seconds per step, best and median, PyTorch at its faster thread
+setting (by median), ratios of the best and of the median rates. The run refuses to start at a load
+average above the core count unless ``--allow-busy`` (the table then says busy). Writes
 ``results/benchmarks/imaginer_finetune.{json,md}``.
 """
 
@@ -37,23 +42,18 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from _common import RESULTS, add_reference_arguments, run_torch_worker
+from _common import (RESULTS, Spread, Worker, add_load_arguments, add_reference_arguments, alternate, check_load,
+                     fastest, fmt_ratio, fmt_spread, is_busy, load_note, protocol_stdout, serve, timed,
+                     torch_workers)
 
 LORA_RANK, LORA_ALPHA = 16, 16.0
 LEARNING_RATE = 1e-4
 
 
-def _best_step_seconds(step: Callable[[], Any], steps: int) -> tuple[float, float]:
-    """(seconds of the warm-up call, best of ``steps`` further calls)."""
+def _first_call_seconds(step: Callable[[], Any]) -> float:
     start = time.perf_counter()
     step()
-    warmup = time.perf_counter() - start
-    times = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
-    return warmup, min(times)
+    return time.perf_counter() - start
 
 
 # ------------------------------------------------------------------------------------------- ours
@@ -105,7 +105,9 @@ def _kalm_rollout_batch(base: Any, config: Any, batch: int, length: int) -> Any:
     return ds, out
 
 
-def run_ours(model: str, mode: str, batch: int, length: int, steps: int) -> dict[str, Any]:
+def build_ours(model: str, mode: str, batch: int, length: int) -> dict[str, Any]:
+    """Our two training steps of one case, not yet run: ``kalm`` and ``lm`` ({step: a blocking call that
+    runs one step and carries the state, tokens: real tokens per step}), and the case's sizes."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -146,11 +148,7 @@ def run_ours(model: str, mode: str, batch: int, length: int, steps: int) -> dict
         holder["state"], metrics = kalm_step(holder["state"], frozen, {"rollout": kalm_batch}, normalizer)
         jax.block_until_ready(metrics["loss"])
 
-    warm, best = _best_step_seconds(run_kalm, steps)
-    tokens = int(kalm_batch.attention_mask.sum())
-    result["kalm"] = {"tokens": tokens, "seconds": best, "tokens_per_s": tokens / best,
-                      "first_step_seconds": warm}
-    del holder, state, trainable
+    result["kalm"] = {"step": run_kalm, "tokens": int(kalm_batch.attention_mask.sum())}
 
     # Plain causal-LM step (the PyTorch comparison).
     llama_config = dataclasses.replace(base.config, vocab_size=base.config.vocab_size - 2)
@@ -181,9 +179,7 @@ def run_ours(model: str, mode: str, batch: int, length: int, steps: int) -> dict
                                                                  lm_frozen, ids)
         jax.block_until_ready(loss)
 
-    warm, best = _best_step_seconds(run_lm, steps)
-    result["lm"] = {"tokens": batch * length, "seconds": best, "tokens_per_s": batch * length / best,
-                    "first_step_seconds": warm}
+    result["lm"] = {"step": run_lm, "tokens": batch * length}
     result["hf_config"] = llama_config.to_hf()
     result["trainable_parameters"] = int(sum(x.size for x in jax.tree.leaves(lm_trainable)))
     return result
@@ -192,13 +188,15 @@ def run_ours(model: str, mode: str, batch: int, length: int, steps: int) -> dict
 # ------------------------------------------------------------------------------- PyTorch worker
 
 
-def torch_worker(spec_path: Path, out_path: Path) -> None:
-    """Runs in the reference interpreter: one causal-LM training step per case, timed."""
+def torch_worker() -> None:
+    """Runs in the reference interpreter, serving requests (``_common.serve``): ``build {case}`` builds the
+    case's model and optimizer (dropping the previous case's) and answers its warm-up step's seconds;
+    ``step`` answers the seconds of one causal-LM training step."""
+    channel = protocol_stdout()
     import torch
     import transformers
 
     transformers.utils.logging.set_verbosity_error()
-    spec = json.loads(spec_path.read_text(encoding="utf-8"))
 
     class LoRALinear(torch.nn.Module):
         """``base(x) + scale · (x a) b`` with ``a`` random, ``b`` zero, the base frozen."""
@@ -213,8 +211,10 @@ def torch_worker(spec_path: Path, out_path: Path) -> None:
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return self.base(x) + self.scale * (x @ self.a) @ self.b
 
-    results = []
-    for case in spec["cases"]:
+    held: dict[str, Any] = {}
+
+    def build(case: dict[str, Any]) -> dict[str, Any]:
+        held.clear()
         torch.manual_seed(0)
         config = transformers.LlamaConfig(**case["hf_config"])
         model = transformers.LlamaForCausalLM(config).float().train()
@@ -239,24 +239,62 @@ def torch_worker(spec_path: Path, out_path: Path) -> None:
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
 
-        warm, best = _best_step_seconds(step, case["steps"])
-        tokens = case["batch"] * case["length"]
-        results.append({"name": case["name"], "tokens": tokens, "seconds": best,
-                        "tokens_per_s": tokens / best, "first_step_seconds": warm,
-                        "trainable_parameters": sum(p.numel() for p in trainable),
-                        "attention": model.config._attn_implementation})
-        del model, optimizer
-    out_path.write_text(json.dumps({
-        "results": results,
-        "versions": f"torch {torch.__version__} ({torch.get_num_threads()} threads), "
-                    f"transformers {transformers.__version__}"}), encoding="utf-8")
+        held["step"] = step
+        return {"first_step_seconds": _first_call_seconds(step),
+                "trainable_parameters": sum(p.numel() for p in trainable),
+                "attention": model.config._attn_implementation,
+                "versions": f"torch {torch.__version__}, transformers {transformers.__version__}",
+                "threads": torch.get_num_threads()}
 
+    def handle(req: dict[str, Any]) -> dict[str, Any]:
+        if req["op"] == "build":
+            return build(req["case"])
+        if req["op"] == "step":
+            return {"seconds": _first_call_seconds(held["step"])}
+        raise ValueError(f"unknown op {req['op']!r} (build, step, quit)")
 
-def run_torch(ref_python: Path, cases: list[dict[str, Any]]) -> dict[str, Any] | None:
-    return run_torch_worker(ref_python, __file__, lambda: {"cases": cases})
+    serve(handle, channel)
 
 
 # ------------------------------------------------------------------------------------------ main
+
+
+def measure_case(model: str, mode: str, args: argparse.Namespace, workers: dict[int, Worker]) -> dict[str, Any]:
+    """One (model, mode) case: warm-up steps, then our LM and KALM steps and every PyTorch worker's LM step
+    alternating ``args.steps`` times."""
+    from imaginejax.imaginer.finetune import get_preset
+
+    ours = build_ours(model, mode, args.batch, args.length)
+    first = {kind: _first_call_seconds(ours[kind]["step"]) for kind in ("lm", "kalm")}
+    case = {"name": f"{model} {mode}", "hf_config": ours["hf_config"], "batch": args.batch, "length": args.length,
+            "lora_rank": LORA_RANK if mode == "lora" else 0, "lora_alpha": LORA_ALPHA,
+            "learning_rate": LEARNING_RATE, "adam_b2": get_preset("tiny").adam_b2}
+    built = {t: w.ask({"op": "build", "case": case}) for t, w in workers.items()}
+    contenders = {"lm": timed(ours["lm"]["step"]), "kalm": timed(ours["kalm"]["step"])}
+    contenders.update({t: (lambda w=w: w.ask({"op": "step"})["seconds"]) for t, w in workers.items()})
+    samples = alternate(contenders, args.steps)
+    spreads = {name: Spread.of(seconds) for name, seconds in samples.items()}
+    threads = fastest({t: spreads[t] for t in workers}) if workers else None
+    theirs = spreads.get(threads)
+    lm_tokens, kalm_tokens = ours["lm"]["tokens"], ours["kalm"]["tokens"]
+    print(f"{case['name']}: ours LM step {lm_tokens / spreads['lm'].median:8.0f} tokens/s (median), KALM step "
+          f"{kalm_tokens / spreads['kalm'].median:8.0f}"
+          + (f", PyTorch LM step ({threads} thr) {lm_tokens / theirs.median:8.0f}" if theirs else ""), flush=True)
+    return {
+        "case": case["name"], "parameters": ours["parameters"], "trainable_parameters": ours["trainable_parameters"],
+        "lm_tokens": lm_tokens, "kalm_tokens": kalm_tokens,
+        "ours_lm_seconds": samples["lm"], "ours_lm_spread": [spreads["lm"].min, spreads["lm"].median],
+        "ours_lm_tokens_per_s": lm_tokens / spreads["lm"].median, "ours_lm_first_step_seconds": first["lm"],
+        "ours_kalm_seconds": samples["kalm"], "ours_kalm_spread": [spreads["kalm"].min, spreads["kalm"].median],
+        "ours_kalm_tokens_per_s": kalm_tokens / spreads["kalm"].median,
+        "ours_kalm_first_step_seconds": first["kalm"],
+        "torch_threads": threads, "torch_seconds": {t: samples[t] for t in workers},
+        "torch_lm_spread": [theirs.min, theirs.median] if theirs else None,
+        "torch_lm_tokens_per_s": lm_tokens / theirs.median if theirs else None,
+        "ratio_lm": theirs.median / spreads["lm"].median if theirs else None,
+        "ratio_lm_best": theirs.min / spreads["lm"].min if theirs else None,
+        "torch_trainable_parameters": built[threads]["trainable_parameters"] if workers else None,
+        "torch_versions": built[threads]["versions"] if workers else None}
 
 
 def main() -> None:
@@ -266,72 +304,57 @@ def main() -> None:
     parser.add_argument("--modes", nargs="+", default=["full", "lora"], choices=["full", "lora"])
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--length", type=int, default=128)
-    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=5, help="timed steps per side (alternating rounds)")
+    parser.add_argument("--out", type=Path, default=RESULTS)
     add_reference_arguments(parser)
+    add_load_arguments(parser)
     args = parser.parse_args()
-    if args.torch_worker:
-        torch_worker(*args.torch_worker)
+    if args.torch_worker is not None:
+        torch_worker()
         return
+    load_before = check_load(args.allow_busy)
     import jax
 
-    from imaginejax.imaginer.finetune import get_preset
-
-    ours: dict[str, dict[str, Any]] = {}
-    cases = []
-    for model in args.models:
-        for mode in args.modes:
-            name = f"{model} {mode}"
-            ours[name] = run_ours(model, mode, args.batch, args.length, args.steps)
-            print(f"ours  {name}: LM step {ours[name]['lm']['tokens_per_s']:8.0f} tokens/s, KALM step "
-                  f"{ours[name]['kalm']['tokens_per_s']:8.0f} tokens/s", flush=True)
-            cases.append({"name": name, "hf_config": ours[name]["hf_config"], "batch": args.batch,
-                          "length": args.length, "steps": args.steps,
-                          "lora_rank": LORA_RANK if mode == "lora" else 0, "lora_alpha": LORA_ALPHA,
-                          "learning_rate": LEARNING_RATE, "adam_b2": get_preset("tiny").adam_b2})
-    reference = run_torch(args.ref_python, cases)
-    theirs = {row["name"]: row for row in reference["results"]} if reference else {}
-    rows = []
-    for name, mine in ours.items():
-        other = theirs.get(name)
-        rows.append({
-            "case": name, "parameters": mine["parameters"],
-            "trainable_parameters": mine["trainable_parameters"],
-            "ours_lm_tokens_per_s": mine["lm"]["tokens_per_s"],
-            "ours_lm_first_step_seconds": mine["lm"]["first_step_seconds"],
-            "torch_lm_tokens_per_s": other["tokens_per_s"] if other else None,
-            "ratio_lm": mine["lm"]["tokens_per_s"] / other["tokens_per_s"] if other else None,
-            "ours_kalm_tokens_per_s": mine["kalm"]["tokens_per_s"],
-            "ours_kalm_first_step_seconds": mine["kalm"]["first_step_seconds"],
-            "torch_trainable_parameters": other["trainable_parameters"] if other else None})
-        if other:
-            print(f"torch {name}: LM step {other['tokens_per_s']:8.0f} tokens/s", flush=True)
+    workers = torch_workers(args.ref_python, __file__, args.torch_threads)
+    try:
+        rows = [measure_case(model, mode, args, workers) for model in args.models for mode in args.modes]
+    finally:
+        for worker in workers.values():
+            worker.close()
+    load_after = os.getloadavg()[0]
     machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs"
+    torch_versions = rows[0]["torch_versions"] if rows else None
     record = {"benchmark": "imaginer_finetune", "batch": args.batch, "length": args.length,
-              "lora_rank": LORA_RANK, "machine": machine, "jax": jax.__version__,
-              "torch": reference["versions"] if reference else None,
+              "lora_rank": LORA_RANK, "machine": machine, "jax": jax.__version__, "torch": torch_versions,
+              "load_before": load_before, "load_after": load_after, "busy": is_busy(load_before, load_after),
               "command": " ".join([Path(sys.executable).name] + sys.argv), "rows": rows}
-    fmt = lambda v, spec=".0f": "n/a" if v is None else format(v, spec)  # noqa: E731
     lines = [
         "# Imaginer fine-tuning: training-step tokens/s",
         "",
-        f"Batch {args.batch} × {args.length} tokens, float32, best of {args.steps} steps after a "
-        f"warm-up; LoRA rank {LORA_RANK} on q/k/v/o. jax {jax.__version__} vs "
-        f"{record['torch'] or 'no PyTorch reference'}; {machine}.",
+        f"Batch {args.batch} × {args.length} tokens, float32, best / median of {args.steps} alternating steps "
+        f"per side after a warm-up; LoRA rank {LORA_RANK} on q/k/v/o. jax {jax.__version__} vs "
+        f"{torch_versions or 'no PyTorch reference'} at {', '.join(map(str, args.torch_threads))} threads "
+        f"(OMP_WAIT_POLICY=PASSIVE, the faster by median shown); {machine}, {load_note(load_before, load_after)}.",
         "",
-        "| case | trainable params | ours, LM step (tokens/s) | PyTorch LM step (tokens/s) | ours / PyTorch | ours, KALM step (tokens/s) | our first step (s, incl. compile) |",
-        "|---|---|---|---|---|---|---|",
+        "| case | trainable params | ours, LM step (tokens/s, best / median) | PyTorch LM step (tokens/s, best / median) "
+        "| PyTorch threads | ours / PyTorch (best / median) | ours, KALM step (tokens/s, best / median) "
+        "| our first step (s, incl. compile) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
-        lines.append(f"| {row['case']} | {row['trainable_parameters']:,} | {fmt(row['ours_lm_tokens_per_s'])} | "
-                     f"{fmt(row['torch_lm_tokens_per_s'])} | {fmt(row['ratio_lm'], '.2f')} | "
-                     f"{fmt(row['ours_kalm_tokens_per_s'])} | {row['ours_lm_first_step_seconds']:.1f} |")
+        ours = (row["lm_tokens"], Spread(*row["ours_lm_spread"]))
+        theirs = (row["lm_tokens"], Spread(*row["torch_lm_spread"])) if row["torch_lm_spread"] else None
+        kalm = (row["kalm_tokens"], Spread(*row["ours_kalm_spread"]))
+        lines.append(f"| {row['case']} | {row['trainable_parameters']:,} | {fmt_spread(*ours)} | "
+                     f"{fmt_spread(*theirs) if theirs else 'n/a'} | {row['torch_threads'] or 'n/a'} | "
+                     f"{fmt_ratio(ours, theirs)} | {fmt_spread(*kalm)} | {row['ours_lm_first_step_seconds']:.1f} |")
     lines += ["", "LM step: causal-LM cross-entropy over the full vocabulary at every position (the same "
               "computation on both sides). KALM step: our fine-tuning's rollout-task step on the same "
               "batch shape (heads instead of full-vocabulary logits).", "",
               f"Command: `{record['command']}`", ""]
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "imaginer_finetune.json").write_text(json.dumps(record, indent=2) + "\n")
-    (RESULTS / "imaginer_finetune.md").write_text("\n".join(lines))
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "imaginer_finetune.json").write_text(json.dumps(record, indent=2) + "\n")
+    (args.out / "imaginer_finetune.md").write_text("\n".join(lines))
     print("\n".join(lines))
 
 
