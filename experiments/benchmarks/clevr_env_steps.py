@@ -1,14 +1,13 @@
 """CLEVR-Robot env-step throughput: the plain-JAX push kernel against MuJoCo C on the same MJCF.
 
-    python experiments/benchmarks/clevr_env_steps.py [--batches 1 1024 4096] [--repeats 5]
+    python experiments/benchmarks/clevr_env_steps.py [--batches 1 1024 4096] [--repeats 5] [--allow-busy]
 
 One env step is one push: zero velocities, place the pusher, 40 physics steps of 0.01 s (see
 ``envs/clevr/physics.py``). Every backend pushes the same states (random layouts advanced by five
 random pushes, so balls touch) with the same actions, in the same run:
 
 * **JAX batch-last**: ``jit(physics.push)`` (float32; the kernel computes with the batch as the last
-  axis). Compile time is reported separately; throughput is the median of ``--repeats`` timed calls
-  after compilation, each ended by ``block_until_ready``.
+  axis). Compile time is reported separately; each timed call is ended by ``block_until_ready``.
 * **JAX vmap(single)**: the same physics written for one environment and ``vmap``-ped (batch-leading
   layout), to show why the kernel is batch-last.
 * **MuJoCo loop**: ``mujoco_ref.push_mujoco``, a Python loop over ``mj_step`` on scene.xml (exact
@@ -17,7 +16,10 @@ random pushes, so balls touch) with the same actions, in the same run:
 * **MuJoCo rollout**: ``mujoco.rollout`` with ``--threads`` threads on scene.xml.
 
 MuJoCo's cost per push does not depend on the batch, so for batches above ``--mujoco-subset`` it is
-timed on that many pushes and reported as throughput (marked with * in the table). The table is
+timed on that many pushes and reported as throughput (marked with * in the table). After a warm-up of
+each, the backends are timed in alternation (``_common.alternate``: JAX, vmap, loop, loop 1e-8, rollout,
+JAX, …) ``--repeats`` times; every cell is the best / median throughput. The run refuses to start at a
+load average above the core count unless ``--allow-busy`` (the table then says busy). The table is
 printed as markdown and written to ``results/benchmarks/clevr_env_steps.{md,json}`` (or ``--out``).
 """
 
@@ -36,7 +38,8 @@ import numpy as np
 
 from imaginejax.envs.clevr import mujoco_ref
 from imaginejax.envs.clevr import physics as P
-from _common import RESULTS, fmt_rate, machine_note, median_seconds, write_results
+from _common import (RESULTS, Spread, add_load_arguments, alternate, check_load, fmt_ratio, fmt_spread, is_busy,
+                     machine_note, timed, write_results)
 
 
 
@@ -57,26 +60,38 @@ def single_env_push(balls: jax.Array, ball: jax.Array, direction: jax.Array) -> 
     return P.push(balls[None], ball[None], direction[None])[0]
 
 
-def time_jax(fn: Callable, balls: np.ndarray, ball: np.ndarray, direction: np.ndarray,
-             repeats: int) -> tuple[float, float]:
-    """(compile seconds, env steps/s) of ``jit(fn)`` on these inputs."""
+def jax_contender(fn: Callable, balls: np.ndarray, ball: np.ndarray, direction: np.ndarray
+                  ) -> tuple[float, Callable[[], float]]:
+    """(compile seconds, a warmed contender timing one call of ``jit(fn)`` on these inputs)."""
     args = (jnp.asarray(balls), jnp.asarray(ball, jnp.int32), jnp.asarray(direction, jnp.int32))
     start = time.perf_counter()
     # a fresh function object, so nothing traced or compiled earlier in this process is re-used
     compiled = jax.jit(lambda *a: fn(*a)).lower(*args).compile()
     compile_s = time.perf_counter() - start
     compiled(*args).block_until_ready()  # warm-up
-    seconds = median_seconds(lambda: compiled(*args).block_until_ready(), repeats)
-    return compile_s, len(balls) / seconds
+    return compile_s, timed(lambda: compiled(*args).block_until_ready())
+
+
+def mujoco_contender(push: Callable, balls: np.ndarray, ball: np.ndarray, direction: np.ndarray
+                     ) -> Callable[[], float]:
+    """A warmed contender timing a host-side push driver on these inputs (float64 states)."""
+    states = balls.astype(np.float64)
+    push(states[:1], ball[:1], direction[:1])  # warm-up
+    return timed(lambda: push(states, ball, direction))
+
+
+def time_jax(fn: Callable, balls: np.ndarray, ball: np.ndarray, direction: np.ndarray,
+             repeats: int) -> tuple[float, float]:
+    """(compile seconds, median env steps/s) of ``jit(fn)`` on these inputs, timed alone."""
+    compile_s, measure = jax_contender(fn, balls, ball, direction)
+    return compile_s, len(balls) / Spread.of(alternate({"jax": measure}, repeats)["jax"]).median
 
 
 def time_mujoco(push: Callable, balls: np.ndarray, ball: np.ndarray, direction: np.ndarray,
                 repeats: int) -> float:
-    """Env steps/s of a host-side push driver on these inputs (float64 states)."""
-    states = balls.astype(np.float64)
-    push(states[:1], ball[:1], direction[:1])  # warm-up
-    seconds = median_seconds(lambda: push(states, ball, direction), repeats)
-    return len(balls) / seconds
+    """Median env steps/s of a host-side push driver on these inputs, timed alone."""
+    measure = mujoco_contender(push, balls, ball, direction)
+    return len(balls) / Spread.of(alternate({"mujoco": measure}, repeats)["mujoco"]).median
 
 
 def main() -> None:
@@ -88,9 +103,10 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2, help="mujoco.rollout threads")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--skip-vmap", action="store_true", help="skip the vmap(single) layout")
+    add_load_arguments(parser)
     args = parser.parse_args()
 
-    load = os.getloadavg()
+    load_before = check_load(args.allow_busy)
     model = mujoco_ref.load_model()
     data = mujoco.MjData(model)
     default_tol = mujoco_ref.load_model()
@@ -102,26 +118,31 @@ def main() -> None:
     try:
         for batch in args.batches:
             balls, ball, direction = make_states(batch, seed=batch)
-            compile_s, jax_sps = time_jax(P.push, balls, ball, direction, args.repeats)
-            vmap_compile_s, vmap_sps = (None, None)
+            compile_s, jax_measure = jax_contender(P.push, balls, ball, direction)
+            contenders = {"jax": jax_measure}
+            vmap_compile_s = None
             if not args.skip_vmap:
-                vmap_compile_s, vmap_sps = time_jax(jax.vmap(single_env_push), balls, ball, direction,
-                                                    args.repeats)
+                vmap_compile_s, contenders["vmap"] = jax_contender(jax.vmap(single_env_push), balls, ball, direction)
             n = min(batch, args.mujoco_subset)
             sub = (balls[:n], ball[:n], direction[:n])
-            loop_sps = time_mujoco(lambda *a: mujoco_ref.push_mujoco(*a, model, data), *sub,
-                                   repeats=3)
-            loop_default_sps = time_mujoco(
-                lambda *a: mujoco_ref.push_mujoco(*a, default_tol, default_data), *sub, repeats=3)
-            rollout_sps = time_mujoco(roller, *sub, repeats=3)
-            rows.append(dict(batch=batch, mujoco_pushes_timed=n, jax_compile_s=compile_s,
-                             jax_steps_per_s=jax_sps, vmap_compile_s=vmap_compile_s,
-                             vmap_steps_per_s=vmap_sps, mujoco_loop_steps_per_s=loop_sps,
-                             mujoco_loop_default_tol_steps_per_s=loop_default_sps,
-                             mujoco_rollout_steps_per_s=rollout_sps))
+            contenders["mujoco_loop"] = mujoco_contender(lambda *a: mujoco_ref.push_mujoco(*a, model, data), *sub)
+            contenders["mujoco_loop_default_tol"] = mujoco_contender(
+                lambda *a: mujoco_ref.push_mujoco(*a, default_tol, default_data), *sub)
+            contenders["mujoco_rollout"] = mujoco_contender(roller, *sub)
+            samples = alternate(contenders, args.repeats)
+            row = dict(batch=batch, mujoco_pushes_timed=n, jax_compile_s=compile_s, vmap_compile_s=vmap_compile_s)
+            for name, seconds in samples.items():
+                work = batch if name in ("jax", "vmap") else n
+                row[f"{name}_seconds"] = seconds
+                row[f"{name}_steps_per_s"] = Spread.of(seconds).rates(work)  # (best, median)
+                row[f"{name}_work"] = work
+            rows.append(row)
             print(f"batch {batch}: done", flush=True)
     finally:
         roller.close()
+
+    def cell(r: dict, name: str) -> tuple[float, Spread] | None:
+        return (r[f"{name}_work"], Spread.of(r[f"{name}_seconds"])) if f"{name}_seconds" in r else None
 
     lines = [
         "| batch | JAX batch-last (compile s) | JAX vmap(single) (compile s) | MuJoCo loop | "
@@ -131,29 +152,29 @@ def main() -> None:
     ]
     for r in rows:
         star = "*" if r["mujoco_pushes_timed"] < r["batch"] else ""
-        fastest = max(r["mujoco_loop_steps_per_s"], r["mujoco_loop_default_tol_steps_per_s"],
-                      r["mujoco_rollout_steps_per_s"])
-        vmap = ("n/a" if r["vmap_steps_per_s"] is None
-                else f"{fmt_rate(r['vmap_steps_per_s'])} ({r['vmap_compile_s']:.1f})")
+        host = ("mujoco_loop", "mujoco_loop_default_tol", "mujoco_rollout")
+        fastest = max(host, key=lambda name: r[f"{name}_steps_per_s"][1])
+        vmap = ("n/a" if r["vmap_compile_s"] is None
+                else f"{fmt_spread(*cell(r, 'vmap'))} ({r['vmap_compile_s']:.1f})")
         lines.append(
-            f"| {r['batch']} | {fmt_rate(r['jax_steps_per_s'])} ({r['jax_compile_s']:.1f}) | {vmap} | "
-            f"{fmt_rate(r['mujoco_loop_steps_per_s'])}{star} | "
-            f"{fmt_rate(r['mujoco_loop_default_tol_steps_per_s'])}{star} | "
-            f"{fmt_rate(r['mujoco_rollout_steps_per_s'])}{star} | "
-            f"{r['jax_steps_per_s'] / r['mujoco_loop_steps_per_s']:.1f}x | "
-            f"{r['jax_steps_per_s'] / r['mujoco_rollout_steps_per_s']:.1f}x | "
-            f"{r['jax_steps_per_s'] / fastest:.1f}x |")
+            f"| {r['batch']} | {fmt_spread(*cell(r, 'jax'))} ({r['jax_compile_s']:.1f}) | {vmap} | "
+            + "".join(f"{fmt_spread(*cell(r, name))}{star} | " for name in host)
+            + f"{fmt_ratio(cell(r, 'jax'), cell(r, 'mujoco_loop'))} | "
+            f"{fmt_ratio(cell(r, 'jax'), cell(r, 'mujoco_rollout'))} | "
+            f"{fmt_ratio(cell(r, 'jax'), cell(r, fastest))} |")
     notes = [
         "",
-        "Env steps/s (one env step = one 40-substep push); JAX float32 on the CPU, median of "
-        f"{args.repeats} calls after compilation. MuJoCo on float64 states; * = timed on the first "
+        "Env steps/s (one env step = one 40-substep push), best / median of "
+        f"{args.repeats} alternating calls per backend after a warm-up (ratios: of the best, of the "
+        "medians); JAX float32 on the CPU, MuJoCo on float64 states; * = timed on the first "
         f"{args.mujoco_subset} pushes of the batch (its cost per push does not depend on the batch).",
         "MuJoCo loop / rollout use scene.xml (exact solve: tolerance 0, <= 10 Newton iterations); "
         "'tol 1e-8' is MuJoCo's default solver tolerance.",
-        machine_note(load[0], f"jax {jax.__version__}, mujoco {mujoco.__version__}"),
+        machine_note(load_before, f"jax {jax.__version__}, mujoco {mujoco.__version__}"),
     ]
-    meta = dict(jax=jax.__version__, mujoco=mujoco.__version__, cpus=os.cpu_count(), load_before=load[0],
-                load_after=os.getloadavg()[0],
+    load_after = os.getloadavg()[0]
+    meta = dict(jax=jax.__version__, mujoco=mujoco.__version__, cpus=os.cpu_count(), load_before=load_before,
+                load_after=load_after, busy=is_busy(load_before, load_after),
                 repeats=args.repeats, threads=args.threads, time=time.strftime("%Y-%m-%d %H:%M:%S"))
     write_results(args.out, "clevr_env_steps", "\n".join(lines + notes), meta, rows)
 
