@@ -7,8 +7,10 @@ One env step = the full ``BabyAI.step_batch`` of the train level: dynamics, free
 episodes, success predicate, shaped reward, truncation, observation. Every JAX variant runs a
 ``jit(lax.scan)`` over ``--steps`` steps with uniformly random actions drawn beforehand, from states of
 ``reset_to_task_batch`` (round-robin tasks), and consumes the observations and rewards (so nothing is
-dead code). Throughput = batch × steps / the best wall time of ``--repeats`` calls after compilation
-(the machine's cores are shared; the JSON also keeps the median).
+dead code). Throughput = batch × steps / wall time of one call after compilation; at each batch size all
+columns are timed in alternation (``_common.alternate``) ``--repeats`` times and every cell is the best /
+median. The run refuses to start at a load average above the core count unless ``--allow-busy`` (the
+table then says busy).
 
 Columns, all measured in this run:
 
@@ -35,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -49,16 +50,10 @@ import numpy as np
 from imaginejax.envs.babyai import grid as G
 from imaginejax.envs.babyai import tasks as T
 from imaginejax.envs.babyai.env import BabyAI, make_params
-from _common import RESULTS, fmt_rate, machine_note, wall_times, write_results
+from _common import (RESULTS, Spread, add_load_arguments, alternate, check_load, fmt_ratio, fmt_spread, is_busy,
+                     machine_note, timed, write_results)
 
 ENV = BabyAI()
-
-
-def timed_seconds(run: Callable[[], object], repeats: int) -> tuple[float, float]:
-    """(best, median) wall time of ``repeats`` calls of ``run``. The table reports the best: on a CPU
-    shared with other processes, the fastest call is the one least disturbed by them."""
-    times = wall_times(run, repeats)
-    return min(times), statistics.median(times)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -118,8 +113,8 @@ def make_rollout(variant: str, batch: int) -> Callable:
     return jax.jit(rollout)
 
 
-def time_scan(variant: str, params, batch: int, steps: int, repeats: int) -> tuple[float, float, float]:
-    """(compile seconds, env steps/s of the best call, env steps/s of the median call) of one variant."""
+def scan_contender(variant: str, params, batch: int, steps: int) -> tuple[float, Callable[[], float]]:
+    """(compile seconds, a warmed contender timing one ``steps``-step scan of ``batch`` envs) of one variant."""
     keys = jax.random.split(jax.random.PRNGKey(batch), batch)
     _, state = jax.jit(lambda k: ENV.reset_to_task_batch(k, params, jnp.arange(batch) % params.num_tasks))(keys)
     actions = jax.random.randint(jax.random.PRNGKey(1), (steps, batch), 0, G.NUM_ACTIONS, jnp.int32)
@@ -128,23 +123,31 @@ def time_scan(variant: str, params, batch: int, steps: int, repeats: int) -> tup
     compiled = fn.lower(state, actions, params).compile()
     compile_s = time.perf_counter() - start
     compiled(state, actions, params).block_until_ready()
-    best, median = timed_seconds(lambda: compiled(state, actions, params).block_until_ready(), repeats)
-    return compile_s, batch * steps / best, batch * steps / median
+    return compile_s, timed(lambda: compiled(state, actions, params).block_until_ready())
 
 
-def time_call_per_step(params, batch: int, steps: int) -> float:
-    """Env steps/s when ``step_batch`` is called once per Python-loop step."""
+def time_scan(variant: str, params, batch: int, steps: int, repeats: int) -> tuple[float, float, float]:
+    """(compile seconds, env steps/s of the best call, of the median call) of one variant, timed alone."""
+    compile_s, measure = scan_contender(variant, params, batch, steps)
+    best, median = Spread.of(alternate({variant: measure}, repeats)[variant]).rates(batch * steps)
+    return compile_s, best, median
+
+
+def call_per_step_contender(params, batch: int, steps: int) -> Callable[[], float]:
+    """A warmed contender timing ``steps`` Python-loop steps, each one call of the jitted ``step_batch``."""
     keys = jax.random.split(jax.random.PRNGKey(batch), batch)
     _, state = ENV.reset_to_task_batch(keys, params, jnp.arange(batch) % params.num_tasks)
     step = jax.jit(lambda s, a, p: ENV.step_batch(keys, s, a, p))
     actions = jax.random.randint(jax.random.PRNGKey(2), (steps, batch), 0, G.NUM_ACTIONS, jnp.int32)
-    out = step(state, actions[0], params)
-    jax.block_until_ready(out)
-    start = time.perf_counter()
-    for i in range(steps):
-        obs, state, reward, done, info = step(state, actions[i], params)
-    jax.block_until_ready(obs)
-    return batch * steps / (time.perf_counter() - start)
+    jax.block_until_ready(step(state, actions[0], params))
+
+    def run() -> None:
+        current = state
+        for i in range(steps):
+            obs, current, reward, done, info = step(current, actions[i], params)
+        jax.block_until_ready(obs)
+
+    return timed(run)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -209,15 +212,18 @@ class NumpyBabyAI:
         return self.obs(), reward, success, self.t >= 128, {}
 
 
-def time_numpy_loop(steps: int) -> float:
+def numpy_loop_contender(steps: int) -> Callable[[], float]:
+    """A contender timing ``steps`` random-action steps of :class:`NumpyBabyAI` (resets included)."""
     env = NumpyBabyAI()
     actions = np.random.default_rng(1).integers(0, G.NUM_ACTIONS, steps)
-    start = time.perf_counter()
-    for a in actions:
-        _, _, success, truncated, _ = env.step(int(a))
-        if success or truncated:
-            env.reset()
-    return steps / (time.perf_counter() - start)
+
+    def run() -> None:
+        for a in actions:
+            _, _, success, truncated, _ = env.step(int(a))
+            if success or truncated:
+                env.reset()
+
+    return timed(run)
 
 
 MINIGRID_SCRIPT = """
@@ -233,22 +239,28 @@ for a in acts:
     spent += time.perf_counter() - t0
     if term or trunc:
         env.reset()
-print("RESULT", steps / spent, minigrid.__version__)
+print("RESULT", spent, minigrid.__version__)
 """
 
 
-def time_minigrid(python: str | None, steps: int) -> tuple[float | None, str | None]:
-    """(env steps/s, minigrid version) in a separate interpreter, or (None, None)."""
+def minigrid_contender(python: str | None, steps: int) -> tuple[Callable[[], float] | None, str | None]:
+    """(a contender timing ``steps`` minigrid ``step`` calls in a fresh process of ``python``, the minigrid
+    version), or (None, None) without that interpreter or if its first run fails."""
     if not python or not Path(python).exists():
         return None, None
-    try:
+
+    def run() -> tuple[float, str]:
         stdout = subprocess.run([python, "-c", MINIGRID_SCRIPT, str(steps)], capture_output=True, text=True,
                                 timeout=600, check=True).stdout
         out = next(line for line in stdout.splitlines() if line.startswith("RESULT ")).split()
         return float(out[1]), out[2]
+
+    try:
+        _, version = run()
     except (subprocess.SubprocessError, ValueError, IndexError, StopIteration) as err:
         print(f"minigrid baseline failed: {err}", file=sys.stderr)
         return None, None
+    return (lambda: run()[0]), version
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -261,29 +273,40 @@ def main() -> None:
     parser.add_argument("--minigrid-python", default=os.environ.get("MINIGRID_PYTHON", "/tmp/mgvenv/bin/python"),
                         help="interpreter of a scratch virtualenv with minigrid installed")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    add_load_arguments(parser)
     args = parser.parse_args()
 
-    load = os.getloadavg()
+    load_before = check_load(args.allow_busy)
     params = make_params("train", embed=False)
     table = jax.random.normal(jax.random.PRNGKey(0), (params.instruction_embeddings.shape[0], 384))
     params_e = params.replace(instruction_embeddings=table)  # MiniLM-sized stand-in (values do not matter)
-    numpy_sps = time_numpy_loop(args.python_steps)
-    minigrid_sps, minigrid_version = time_minigrid(args.minigrid_python, args.python_steps)
-    print(f"NumPy loop {numpy_sps:,.0f} steps/s; minigrid loop "
-          f"{'n/a' if minigrid_sps is None else f'{minigrid_sps:,.0f}'} steps/s", flush=True)
+    loops = {"numpy": numpy_loop_contender(args.python_steps)}
+    minigrid, minigrid_version = minigrid_contender(args.minigrid_python, args.python_steps)
+    if minigrid is not None:
+        loops["minigrid"] = minigrid
 
     rows = []
     for batch in args.batches:
-        row: dict = {"batch": batch}
+        row: dict = {"batch": batch, "scan_steps": args.steps, "call_steps": min(args.steps, 200)}
+        contenders = {}
         for name, variant, p in (("ours", "ours", params), ("ours_e384", "ours", params_e),
                                  ("leading", "leading", params), ("vmap", "vmap", params),
                                  ("last", "last", params)):
-            compile_s, sps, median_sps = time_scan(variant, p, batch, args.steps, args.repeats)
-            row[f"{name}_steps_per_s"], row[f"{name}_compile_s"] = sps, compile_s
-            row[f"{name}_median_steps_per_s"] = median_sps
-        row["call_per_step_steps_per_s"] = time_call_per_step(params, batch, min(args.steps, 200))
+            row[f"{name}_compile_s"], contenders[name] = scan_contender(variant, p, batch, args.steps)
+        contenders["call_per_step"] = call_per_step_contender(params, batch, row["call_steps"])
+        contenders.update(loops)
+        for name, seconds in alternate(contenders, args.repeats).items():
+            row[f"{name}_seconds"] = seconds
         rows.append(row)
-        print(f"batch {batch}: ours {row['ours_steps_per_s']:,.0f} steps/s", flush=True)
+        print(f"batch {batch}: ours {batch * args.steps / Spread.of(row['ours_seconds']).median:,.0f} steps/s "
+              "(median)", flush=True)
+
+    def cell(r: dict, name: str) -> tuple[float, Spread] | None:
+        if f"{name}_seconds" not in r:
+            return None
+        work = {"numpy": args.python_steps, "minigrid": args.python_steps,
+                "call_per_step": r["batch"] * r["call_steps"]}.get(name, r["batch"] * args.steps)
+        return work, Spread.of(r[f"{name}_seconds"])
 
     lines = [
         "| batch | ours, E=0 (compile s) | ours, E=384 | (B, 17) array | vmap(single) | (17, B) array | "
@@ -291,29 +314,29 @@ def main() -> None:
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
-        ours = r["ours_steps_per_s"]
-        ratio_mg = "n/a" if minigrid_sps is None else f"{ours / minigrid_sps:,.0f}x"
         lines.append(
-            f"| {r['batch']} | {fmt_rate(ours)} ({r['ours_compile_s']:.1f}) | {fmt_rate(r['ours_e384_steps_per_s'])} | "
-            f"{fmt_rate(r['leading_steps_per_s'])} | {fmt_rate(r['vmap_steps_per_s'])} | {fmt_rate(r['last_steps_per_s'])} | "
-            f"{fmt_rate(r['call_per_step_steps_per_s'])} | {fmt_rate(numpy_sps)} | {fmt_rate(minigrid_sps)} | "
-            f"{ours / numpy_sps:,.0f}x | {ratio_mg} |")
+            f"| {r['batch']} | {fmt_spread(*cell(r, 'ours'))} ({r['ours_compile_s']:.1f}) | "
+            + "".join(f"{fmt_spread(*cell(r, name))} | " for name in ("ours_e384", "leading", "vmap", "last",
+                                                                      "call_per_step", "numpy"))
+            + f"{fmt_spread(*cell(r, 'minigrid')) if 'minigrid' in loops else 'n/a'} | "
+            f"{fmt_ratio(cell(r, 'ours'), cell(r, 'numpy'))} | {fmt_ratio(cell(r, 'ours'), cell(r, 'minigrid'))} |")
     notes = [
         "",
-        f"Env steps/s of BabyAI (train level, random actions); JAX columns: best of {args.repeats} compiled "
-        f"`lax.scan`s of {args.steps} steps (medians in the JSON), observations and rewards consumed. 'ours' is "
+        f"Env steps/s of BabyAI (train level, random actions), best / median of {args.repeats} samples per "
+        "column, all columns of a batch size timed in alternation (ratios: of the best, of the medians). JAX "
+        f"columns: compiled `lax.scan`s of {args.steps} steps, observations and rewards consumed. 'ours' is "
         "`BabyAI.step_batch` (17 int32 fields of shape (B,)); the array columns run the same rules on one "
         "int32 state array, batch-leading, vmapped per environment, or batch-last. 'jit call / step' calls "
         "the compiled `step_batch` once per Python step.",
         f"NumPy loop: one environment with the same rules in Python, {args.python_steps} steps. minigrid loop: "
         f"`BabyAI-GoToLocal-v0` (8 × 8 room) of minigrid {minigrid_version or 'n/a'} in its own interpreter, "
         "`step` calls only.",
-        machine_note(load[0], f"jax {jax.__version__}"),
+        machine_note(load_before, f"jax {jax.__version__}"),
     ]
-    meta = dict(jax=jax.__version__, minigrid=minigrid_version, cpus=os.cpu_count(), load_before=load[0],
-                load_after=os.getloadavg()[0], steps=args.steps, repeats=args.repeats,
-                python_steps=args.python_steps, numpy_steps_per_s=numpy_sps, minigrid_steps_per_s=minigrid_sps,
-                time=time.strftime("%Y-%m-%d %H:%M:%S"))
+    load_after = os.getloadavg()[0]
+    meta = dict(jax=jax.__version__, minigrid=minigrid_version, cpus=os.cpu_count(), load_before=load_before,
+                load_after=load_after, busy=is_busy(load_before, load_after), steps=args.steps,
+                repeats=args.repeats, python_steps=args.python_steps, time=time.strftime("%Y-%m-%d %H:%M:%S"))
     write_results(args.out, "babyai_env_steps", "\n".join(lines + notes), meta, rows)
 
 
