@@ -12,7 +12,7 @@ kinematics), predicates and shaped reward. Rows mix the six train tasks; actions
 
 * **port, jit(scan)**: ``lax.scan`` of ``--steps`` calls of ``env.step_batch`` inside one ``jit``, started from
   a reset state; "compile" = wall time of the first call (compilation plus one run); throughput =
-  B · steps / median wall time of ``--repeats`` calls after compilation.
+  B · steps / wall time of one call after compilation.
 * **MuJoCo C, Python loop**: the same compiled ``MjModel``, one ``MjData`` per row, ``mj_step`` × 20 per env step
   with random servo targets held, in a plain single-threaded Python loop (no controller, no state vector,
   no reward: the physics alone). For B >= 256 the loop runs fewer steps (at least 2) to bound the time.
@@ -25,9 +25,11 @@ kinematics), predicates and shaped reward. Rows mix the six train tasks; actions
   it allocates, and on one reset state (the arm over the objects, objects on the floor) the active MJX
   contacts and MuJoCo C's ``ncon``.
 
-The ratio columns divide by the Python loop at the same batch. The table is printed as markdown and written to
-``<out>.md`` / ``<out>.json``, with the load average before and after. Run it on a quiet machine: the numbers
-are wall-clock.
+At each batch size the port and the Python loop are timed in alternation (``_common.alternate``) ``--repeats``
+times; cells give the best and the median. The ratio columns divide by the Python loop at the same batch. The
+run refuses to start at a load average above the core count unless ``--allow-busy`` (the table then says
+busy). The table is printed as markdown and written to ``<out>.md`` / ``<out>.json``, with the load average
+before and after.
 """
 
 from __future__ import annotations
@@ -36,10 +38,10 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import jax
@@ -49,13 +51,14 @@ import numpy as np
 
 from imaginejax.envs.libero import model as M
 from imaginejax.envs.libero.env import Libero, make_params
+from _common import (REPO_ROOT, Spread, add_load_arguments, alternate, check_load, fmt_ratio, fmt_spread, is_busy,
+                     load_note, timed)
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
-
-def bench_port(batch: int, steps: int, repeats: int, nthread: int | None, backend: str = "mujoco"
-               ) -> dict[str, float]:
-    """Env steps/s of ``env.step_batch`` in ``jit(lax.scan)`` at batch ``batch`` on ``backend``."""
+def port_contender(batch: int, steps: int, nthread: int | None, backend: str = "mujoco"
+                   ) -> tuple[float, Callable[[], float]]:
+    """(seconds of the first, compiling call; a contender timing one ``jit(lax.scan)`` of ``steps`` calls of
+    ``env.step_batch`` at batch ``batch`` on ``backend``, with fresh random actions each call)."""
     env = Libero(backend=backend, nthread=nthread)
     params = make_params("train", embed=False)
     keys = jax.random.split(jax.random.key(0), batch)
@@ -72,16 +75,23 @@ def bench_port(batch: int, steps: int, repeats: int, nthread: int | None, backen
     start = time.perf_counter()
     jax.block_until_ready(run(state, jax.random.key(1)))
     compile_s = time.perf_counter() - start
-    times = []
-    for r in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(run(state, jax.random.key(2 + r)))
-        times.append(time.perf_counter() - start)
-    return {"steps_per_s": batch * steps / statistics.median(times), "compile_s": compile_s}
+    calls = iter(range(2, 1 << 30))
+    return compile_s, timed(lambda: jax.block_until_ready(run(state, jax.random.key(next(calls)))))
 
 
-def bench_python_loop(batch: int, steps: int) -> dict[str, float]:
-    """Env steps/s of the same MJCF stepped by MuJoCo C in a plain Python loop (physics only)."""
+def bench_port(batch: int, steps: int, repeats: int, nthread: int | None, backend: str = "mujoco"
+               ) -> dict[str, float]:
+    """Env steps/s (best and median of ``repeats`` calls) and compile seconds of :func:`port_contender`,
+    timed alone."""
+    compile_s, measure = port_contender(batch, steps, nthread, backend)
+    seconds = alternate({"port": measure}, repeats)["port"]
+    best, median = Spread.of(seconds).rates(batch * steps)
+    return {"steps_per_s": median, "best_steps_per_s": best, "compile_s": compile_s, "seconds": seconds}
+
+
+def python_loop_contender(batch: int, steps: int) -> Callable[[], float]:
+    """A contender timing ``steps`` env steps of the same MJCF stepped by MuJoCo C in a plain Python loop
+    over ``batch`` ``MjData`` (physics only; the state carries over from call to call)."""
     model = M.load_model()
     datas = []
     rng = np.random.default_rng(0)
@@ -98,13 +108,15 @@ def bench_python_loop(batch: int, steps: int) -> dict[str, float]:
         mujoco.mj_forward(model, d)
         datas.append(d)
     targets = M.HOME_QPOS + rng.uniform(-0.05, 0.05, (steps, batch, 7))
-    start = time.perf_counter()
-    for t in range(steps):
-        for i, d in enumerate(datas):
-            d.ctrl[:7] = targets[t, i]
-            for _ in range(M.FRAME_SKIP):
-                mujoco.mj_step(model, d)
-    return {"steps_per_s": batch * steps / (time.perf_counter() - start)}
+
+    def run() -> None:
+        for t in range(steps):
+            for i, d in enumerate(datas):
+                d.ctrl[:7] = targets[t, i]
+                for _ in range(M.FRAME_SKIP):
+                    mujoco.mj_step(model, d)
+
+    return timed(run)
 
 
 def contact_stats() -> dict[str, int]:
@@ -148,20 +160,23 @@ def main() -> None:
     parser.add_argument("--no-mjx", action="store_true", help="skip the MJX column")
     parser.add_argument("--mjx-one", type=int, default=None, help=argparse.SUPPRESS)  # subprocess mode
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "results" / "benchmarks" / "libero_env_steps")
+    add_load_arguments(parser)
     args = parser.parse_args()
     if args.mjx_one is not None:
         print(json.dumps(bench_port(args.mjx_one, args.steps, args.repeats, None, backend="mjx")), flush=True)
         return
-    load_before = os.getloadavg()
+    load_before = check_load(args.allow_busy)
     rows = []
     for batch in args.batches:
-        port = bench_port(batch, args.steps, args.repeats, args.threads)
+        compile_s, port = port_contender(batch, args.steps, args.threads)
         loop_steps = args.steps if batch < 256 else max(2, args.steps * 64 // batch)
-        loop = bench_python_loop(batch, loop_steps)
-        row = {"batch": batch, "port_steps_per_s": port["steps_per_s"], "port_compile_s": port["compile_s"],
-               "python_loop_steps_per_s": loop["steps_per_s"], "python_loop_steps": loop_steps}
-        print(f"B={batch}: port {port['steps_per_s']:.0f} steps/s (compile {port['compile_s']:.1f} s), "
-              f"MuJoCo C Python loop {loop['steps_per_s']:.0f} steps/s", flush=True)
+        samples = alternate({"port": port, "loop": python_loop_contender(batch, loop_steps)}, args.repeats)
+        row = {"batch": batch, "port_compile_s": compile_s, "port_seconds": samples["port"],
+               "port_steps_per_s": batch * args.steps / Spread.of(samples["port"]).median,
+               "python_loop_seconds": samples["loop"], "python_loop_steps": loop_steps,
+               "python_loop_steps_per_s": batch * loop_steps / Spread.of(samples["loop"]).median}
+        print(f"B={batch}: port {row['port_steps_per_s']:.0f} steps/s (median; compile {compile_s:.1f} s), "
+              f"MuJoCo C Python loop {row['python_loop_steps_per_s']:.0f} steps/s", flush=True)
         if not args.no_mjx:
             small = batch < 256
             m = run_mjx_subprocess(batch, args.mjx_steps if small else args.mjx_large_steps,
@@ -174,21 +189,26 @@ def main() -> None:
             "jax_backend": jax.default_backend(), "mujoco": mujoco.__version__, "steps": args.steps,
             "repeats": args.repeats, "threads": args.threads, "mjx_steps": args.mjx_steps,
             "mjx_large_steps": args.mjx_large_steps, "mjx_timeout_s": args.mjx_timeout,
-            "load_average_before": load_before, "load_average_after": os.getloadavg(), "contacts": contacts,
+            "load_average_before": load_before, "load_average_after": os.getloadavg()[0],
+            "busy": is_busy(load_before, os.getloadavg()[0]), "contacts": contacts,
             "note": "port: controller + 20 physics steps + 44-d state + reward per env step; loop: physics only"}
-    lines = ["| batch | MuJoCo C from jit(scan) (env steps/s) | compile (s) | MJX jit(scan) (env steps/s) | "
-             "MJX compile (s) | MuJoCo C Python loop (env steps/s) | MuJoCo C jit / loop | MJX / loop |",
+    lines = ["| batch | MuJoCo C from jit(scan) (env steps/s, best / median) | compile (s) | MJX jit(scan) (env "
+             "steps/s, best / median) | MJX compile (s) | MuJoCo C Python loop (env steps/s, best / median) | "
+             "MuJoCo C jit / loop (best / median) | MJX / loop (medians) |",
              "|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
+        port = (r["batch"] * args.steps, Spread.of(r["port_seconds"]))
+        loop = (r["batch"] * r["python_loop_steps"], Spread.of(r["python_loop_seconds"]))
         mjx_rate = r.get("mjx_steps_per_s")
-        mjx_cell = _fmt(mjx_rate, ".1f") if mjx_rate is not None else str(r.get("mjx_status", "not run"))
-        lines.append(f"| {r['batch']} | {r['port_steps_per_s']:.0f} | {r['port_compile_s']:.1f} | {mjx_cell} | "
-                     f"{_fmt(r.get('mjx_compile_s'), '.0f')} | {r['python_loop_steps_per_s']:.0f} | "
-                     f"{r['port_steps_per_s'] / r['python_loop_steps_per_s']:.2f} | "
+        mjx_cell = (f"{_fmt(r.get('mjx_best_steps_per_s'), '.1f')} / {_fmt(mjx_rate, '.1f')}" if mjx_rate is not None
+                    else str(r.get("mjx_status", "not run")))
+        lines.append(f"| {r['batch']} | {fmt_spread(*port)} | {r['port_compile_s']:.1f} | {mjx_cell} | "
+                     f"{_fmt(r.get('mjx_compile_s'), '.0f')} | {fmt_spread(*loop)} | {fmt_ratio(port, loop)} | "
                      f"{_fmt(mjx_rate / r['python_loop_steps_per_s'] if mjx_rate else None, '.4f')} |")
     lines.append("")
-    lines.append(f"Load average (1, 5, 15 min) before: {', '.join(f'{x:.2f}' for x in load_before)}; after: "
-                 f"{', '.join(f'{x:.2f}' for x in meta['load_average_after'])}. {meta['cpus']} CPUs, "
+    lines.append(f"Best / median of {args.repeats} calls; the port and the Python loop alternate call by call, MJX "
+                 f"runs afterwards in its own process. {meta['cpus']} CPUs, "
+                 f"{load_note(load_before, meta['load_average_after'], meta['cpus'])}; "
                  f"jax {jax.__version__} ({jax.default_backend()}), mujoco {mujoco.__version__}.")
     if contacts:
         lines.append(f"MJX contacts: {contacts['candidate_pairs']} candidate geom pairs, {contacts['mjx_contacts']} "
