@@ -35,6 +35,10 @@ A workspace directory (``--out``) holds::
 
 Re-running with a configuration that would change results (data, imagine or train sections, except the
 list of algorithms) in an existing workspace is refused with the differing fields named.
+
+Under several processes (:mod:`imaginejax.distributed`) every process runs the same command: process 0
+opens the workspace and prepares the data first (the others then read what it wrote), process 0 alone
+logs and writes, and every process returns the same results.
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ import jax
 import numpy as np
 
 from imaginejax import algos as algo_registry
+from imaginejax import distributed
 from imaginejax import envs
 from imaginejax.algos.base import Spec
 from imaginejax.algos.networks import NetConfig
@@ -75,6 +80,10 @@ Log = Callable[[str], None]
 def log_stderr(message: str) -> None:
     """The default message sink: one line on stderr."""
     print(message, file=sys.stderr, flush=True)
+
+
+def _quiet(message: str) -> None:
+    """The message sink of every process but the writer."""
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -439,14 +448,16 @@ def train_algorithm(config: Config, name: str, spec: Spec, eval_levels: dict[str
         sweep.build(base_hp)
     except ValueError as error:
         raise ConfigError(f"train.algo.{name}: {error}") from None
-    run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    sinks = MetricSinks(run_dir, name, tensorboard=config.logging.tensorboard, wandb=config.logging.wandb,
-                        wandb_project=config.logging.wandb_project, wandb_mode=config.logging.wandb_mode,
-                        config=config.to_json())
+    run_dir, writer = Path(run_dir), distributed.is_writer()
+    if writer:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    sinks = MetricSinks(run_dir, name, tensorboard=writer and config.logging.tensorboard,
+                        wandb=writer and config.logging.wandb, wandb_project=config.logging.wandb_project,
+                        wandb_mode=config.logging.wandb_mode, config=config.to_json())
     progress = IntervalProgress(name, sweep.num_runs, t.intervals, engine.updates_per_interval,
-                                eval_steps_per_run(config, eval_levels), mode=config.logging.progress,
-                                log_file=run_dir / "train.log", on_interval=sinks.sync)
+                                eval_steps_per_run(config, eval_levels),
+                                mode=config.logging.progress if writer else "off",
+                                log_file=run_dir / "train.log" if writer else None, on_interval=sinks.sync)
     episodes = eval_episodes(config, eval_levels)
     log(f"{name}: {sweep.num_runs} runs ({t.seeds} seeds × {sweep.num_runs // t.seeds} configurations: "
         f"{', '.join(d or 'real only' for d in data)}), {t.updates} updates each, batch {batch_size}, "
@@ -462,7 +473,8 @@ def train_algorithm(config: Config, name: str, spec: Spec, eval_levels: dict[str
         progress.close()
         sinks.close()
     results = from_sweep(name, result, task_names(eval_levels))
-    save_task_success(run_dir, results)
+    if writer:
+        save_task_success(run_dir, results)
     trained = TrainedRuns(env=config.data.env, spec=spec, net=net, options=options, states=result.result.state.algo,
                           runs=tuple(range(sweep.num_runs)))
     return dataclasses.replace(results, trained={name: trained})
@@ -653,14 +665,17 @@ def train(config: Config, out: str | Path, *, real_paths: Sequence[str | Path] =
       imaginary_paths: imaginary dataset directories (default: ``imagine.source``'s data).
       log: message sink.
     """
-    out = open_workspace(out, config)
+    log = log if distributed.is_writer() else _quiet
+    out = distributed.writer_first(lambda: open_workspace(out, config))
     log(plan(config, out, imaginary_given=bool(imaginary_paths), real_given=bool(real_paths)))
     env_name = config.data.env
     log(f"data ({env_name}):")
-    real = load_datasets(real_paths, "real", env_name) if real_paths else real_data(config, log)
-    sources = mixed_sources(config, real, out, imaginary_paths=imaginary_paths, log=log)
+    real = load_datasets(real_paths, "real", env_name) if real_paths else distributed.writer_first(
+        lambda: real_data(config, log))
+    sources = distributed.writer_first(lambda: mixed_sources(config, real, out, imaginary_paths=imaginary_paths,
+                                                             log=log))
     imag = [ds for datasets in sources.values() for ds in datasets]
-    check_data(out, real, imag)
+    distributed.writer_first(lambda: check_data(out, real, imag))
     eval_levels = evaluation_levels(config)
     spec = interface(real[0], eval_levels)
     facts = EnvFacts.of(next(iter(eval_levels.values()))[0])
@@ -681,8 +696,9 @@ def train(config: Config, out: str | Path, *, real_paths: Sequence[str | Path] =
     imag_t = {name: concat_transitions([to_transitions(ds, validate=False) for ds in datasets])
               for name, datasets in sources.items()}
     summaries = {name: source_summary(datasets) for name, datasets in sources.items()}
-    write_json(out / SOURCES_FILE, summaries)
-    if not (out / RANDOM_FILE).exists():
+    if distributed.is_writer():
+        write_json(out / SOURCES_FILE, summaries)
+    if distributed.is_writer() and not (out / RANDOM_FILE).exists():
         write_json(out / RANDOM_FILE, {"policy": "uniformly random actions",
                                        "success": random_policy_success(eval_levels, spec,
                                                                   eval_episodes(config, eval_levels))})
@@ -710,7 +726,7 @@ def _workspace_of(out: Path) -> Path | None:
 def report(results: Results, out: str | Path, config: Config, *, figures: bool | None = None,
            log: Log = log_stderr) -> str:
     """The results tables (:func:`imaginejax.report.table`) and the figures (``report.figures``, or
-    ``figures`` when given) written to :func:`report_paths`; returns the tables.
+    ``figures`` when given) written to :func:`report_paths` (by the writer process); returns the tables.
 
     Args:
       results: in memory from :func:`train`, or :func:`imaginejax.results.load_sweep` of a directory.
@@ -720,6 +736,8 @@ def report(results: Results, out: str | Path, config: Config, *, figures: bool |
     """
     r = config.report
     text = table(results, r.statistic, r.reps, r.seed, r.last)
+    if not distributed.is_writer():
+        return text
     table_path, figures_dir = report_paths(out, r.statistic)
     write_text(table_path, text + "\n")
     if r.figures if figures is None else figures:

@@ -18,12 +18,18 @@ Subcommands:
 ``imagine``, ``train`` and ``bench`` read a typed configuration (:mod:`imaginejax.config`) from a preset
 (``--preset clevr-quick``; presets live in ``experiments/presets``) or a TOML file (``--config``), with
 ``--set key=value`` overrides; ``imaginejax <command> --help`` lists every key.
+
+``train`` and ``bench`` run under several processes when the environment describes a job
+(:func:`imaginejax.distributed.initialize`): the same command on every process, process 0 prints and
+writes, an error ends every process (a failed process exits at once, so the others stop within the
+heartbeat timeout instead of waiting for it).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Callable
@@ -217,8 +223,10 @@ def _train(args: argparse.Namespace) -> int:
     config = _config(args, extra)
     out = args.out or _default_out("train", config.name)
     outcome = bench.train(config, out, real_paths=args.real, imaginary_paths=args.imaginary, log=_log)
-    print(bench.report(outcome.results, outcome.workspace, config, figures=False, log=_log))
-    print(f"\nworkspace: {outcome.workspace} (imaginejax report {outcome.workspace} for figures)")
+    text = bench.report(outcome.results, outcome.workspace, config, figures=False, log=_log)
+    if _writer():
+        print(text)
+        print(f"\nworkspace: {outcome.workspace} (imaginejax report {outcome.workspace} for figures)")
     return 0
 
 
@@ -228,10 +236,18 @@ def _bench(args: argparse.Namespace) -> int:
     extra = [f"data.env={args.env}"] if args.env else []
     config = _config(args, extra)
     out = args.out or _default_out("bench", config.name)
-    text = bench.bench(config, out, log=_log)
-    print(text)
-    print(f"\nworkspace: {out} (results.md, figures/)")
+    text = bench.bench(config, out, log=_log if _writer() else lambda message: None)
+    if _writer():
+        print(text)
+        print(f"\nworkspace: {out} (results.md, figures/)")
     return 0
+
+
+def _writer() -> bool:
+    """True on the process that prints and writes (process 0 of a multi-process job)."""
+    import jax
+
+    return jax.process_index() == 0
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -328,13 +344,28 @@ def main(argv: list[str] | None = None) -> int:
     from imaginejax.checkpoint import CheckpointError
     from imaginejax.progress import MissingDependency
 
+    joined = False
     try:
+        if args.command in ("train", "bench"):
+            from imaginejax import distributed
+
+            joined = distributed.initialize()
         return COMMANDS[args.command](args)
     except (ValueError, CheckpointError, MissingDependency, FileExistsError, FileNotFoundError) as error:
         # ValueError covers ConfigError and DatasetError, and the engine's / imaginer's refusals
         # (e.g. resuming an imaginer run with another preset): all name the problem and the fix.
-        print(f"imaginejax {args.command}: error: {error}", file=sys.stderr)
+        print(f"imaginejax {args.command}: error: {error}", file=sys.stderr, flush=True)
+        if joined:  # no shutdown barrier: the other processes learn of it by the missing heartbeat
+            os._exit(2)
         return 2
+    except BaseException:
+        if not joined:
+            raise
+        import traceback
+
+        traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(1)  # as above: waiting at the shutdown barrier would hold the others until its timeout
 
 
 if __name__ == "__main__":

@@ -226,7 +226,8 @@ def hp_leaves(hp: PyTree) -> dict[str, np.ndarray]:
 # ---------------------------------------------------------------------------------------------------
 def default_memory_budget() -> int:
     """Usable bytes per device: 80 % of an accelerator's limit, or half the host's available RAM on CPU."""
-    stats = jax.devices()[0].memory_stats() if hasattr(jax.devices()[0], "memory_stats") else None
+    device = jax.local_devices()[0]  # another process's devices have no statistics here
+    stats = device.memory_stats() if hasattr(device, "memory_stats") else None
     if stats and "bytes_limit" in stats:
         return int(0.8 * stats["bytes_limit"])
     try:
