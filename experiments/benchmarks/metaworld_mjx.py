@@ -16,9 +16,12 @@ hand and object position difference (m) between the two after 10 steps, 50 steps
 candidate geom pairs and the static contact count ``ncon`` of the MJX model, and environment steps/s at each
 batch size of MJX (``jit(MjxPhysics.step)``, rows of the one task) against MuJoCo C on the same
 MJX-friendly models (``MetaWorldHost.step64``, all threads, at least 20 steps) and against the alternative a
-user would pick, the ``metaworld`` package's env of the task in a Python loop (500 random-action steps in the
-reference interpreter ``--reference-python``, metaworld 3.1.1 on its pinned MuJoCo), in the same run; the
-``*_ratio`` columns are env steps/s over that loop's. Also MuJoCo C's active contacts on the reset state. Each MJX
+user would pick, the ``metaworld`` package's env of the task in a Python loop (500 random-action steps per sample
+in a worker of the reference interpreter ``--reference-python``, metaworld 3.1.1 on its pinned MuJoCo), in the
+same run: MuJoCo C and that loop alternate ``--repeats`` times per batch size (median rates; best ones in the
+``*_best`` columns), MJX is timed once (it is orders of magnitude slower on a CPU); the ``*_ratio`` columns
+are env steps/s over the loop's median. ``speed`` refuses to start at a load average above the core count
+unless ``--allow-busy`` (the JSON then says busy). Also MuJoCo C's active contacts on the reset state. Each MJX
 measurement runs at most ``--steps`` steps (and is skipped past ``--budget`` s of estimated time); ``--chunk``
 bounds the rows MJX simulates together (:class:`~imaginejax.envs.metaworld.mjx_backend.MjxPhysics`). Run
 under ``timeout``: MJX on a CPU compiles for minutes and steps slowly (ARCHITECTURE.md, "Measured").
@@ -61,6 +64,7 @@ import json
 import os
 import platform
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import jax
@@ -70,6 +74,7 @@ import numpy as np
 from imaginejax.envs.metaworld import mjx_model, scenes, tasks
 from imaginejax.envs.metaworld.host import CONTROL_SPEC, get_host
 from imaginejax.envs.mujoco_host import FULLPHYSICS
+from _common import Spread, add_load_arguments, alternate, check_load, is_busy, timed
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ALL_TASKS = tuple(t.name for t in tasks.TASKS)
@@ -158,14 +163,20 @@ def effect(names: tuple[str, ...], episodes: int) -> list[dict]:
     return rows
 
 
+def reference_contender(worker) -> Callable[[], float]:
+    """A contender timing ``REFERENCE_STEPS`` steps of the metaworld worker's environment."""
+    return lambda: worker.ask({"op": "time", "steps": REFERENCE_STEPS})["seconds"]
+
+
 def speed(names: tuple[str, ...], batches: tuple[int, ...], steps: int, budget: float, chunk: int | None,
-          reference_python: Path) -> list[dict]:
-    """Rows of the ``speed`` table (see the module docstring)."""
+          reference_python: Path, repeats: int = 3) -> list[dict]:
+    """Rows of the ``speed`` table (see the module docstring): MuJoCo C and the metaworld loop alternate
+    ``repeats`` times per batch size (median rates, best ones in ``*_best``); MJX, far slower, is timed once."""
     import mujoco
     from mujoco import mjx
 
     from imaginejax.envs.metaworld.mjx_backend import MjxPhysics
-    from metaworld_env_steps import time_reference
+    from metaworld_env_steps import reference_worker
 
     host = get_host(mjx_friendly=True)
     rows = []
@@ -174,7 +185,8 @@ def speed(names: tuple[str, ...], batches: tuple[int, ...], steps: int, budget: 
         physics = MjxPhysics(host, (name,), chunk=chunk)
         ncon = int(mjx.make_data(physics.mjx_models[0])._impl.contact.dist.shape[0])
         step = jax.jit(physics.step)
-        ref = time_reference(reference_python, REFERENCE_STEPS, (name,))
+        started = reference_worker(reference_python, (name,))
+        ref_seconds: list[float] = []
         out = host.reset64(np.array([k]), _rand(k, 0)[None])
         m = physics.models[0]
         d = mujoco.MjData(m)  # MuJoCo C's active contacts on the reset state (fixtures at their mocap poses)
@@ -182,19 +194,26 @@ def speed(names: tuple[str, ...], batches: tuple[int, ...], steps: int, budget: 
         mujoco.mj_setState(m, d, out["control"][0, : host.stepper.control_sizes[k]], CONTROL_SPEC)
         mujoco.mj_forward(m, d)
         row = {"task": name, "pairs": mjx_model.candidate_pairs(m), "ncon": ncon, "active_contacts_reset": int(d.ncon),
-               "chunk": chunk, "metaworld_loop": None if ref is None else ref["env_steps"] / ref["seconds"]}
+               "chunk": chunk}
         per_row_s = None
         for b in batches:
             out = host.reset64(np.full(b, k), np.stack([_rand(k, i) for i in range(b)]))
-            state, control = out["state"], out["control"]
             c_steps = max(steps, C_STEPS)  # MuJoCo C is cheap: more steps for a steadier number
             actions = np.random.default_rng(0).uniform(-1, 1, (c_steps, b, 4)).astype(np.float32)
             task = np.full(b, k)
-            host.step64(state, control, actions[0], task)  # warm-up
-            t0 = time.perf_counter()
-            for a in actions:
-                state, control, _ = host.step64(state, control, a, task)
-            row[f"mujoco_b{b}"] = b * c_steps / (time.perf_counter() - t0)
+            host.step64(out["state"], out["control"], actions[0], task)  # warm-up
+
+            def run_c() -> None:
+                state, control = out["state"], out["control"]
+                for a in actions:
+                    state, control, _ = host.step64(state, control, a, task)
+
+            contenders = {"mujoco": timed(run_c)}
+            if started is not None:
+                contenders["metaworld"] = reference_contender(started[0])
+            samples = alternate(contenders, repeats)
+            ref_seconds += samples.get("metaworld", [])
+            row[f"mujoco_b{b}_best"], row[f"mujoco_b{b}"] = Spread.of(samples["mujoco"]).rates(b * c_steps)
             actions = actions[:steps]
             if per_row_s is not None and per_row_s * b * steps > budget:
                 row[f"mjx_b{b}"] = None  # estimated past the budget
@@ -211,7 +230,12 @@ def speed(names: tuple[str, ...], batches: tuple[int, ...], steps: int, budget: 
             elapsed = time.perf_counter() - t0
             row[f"mjx_b{b}"] = b * steps / elapsed
             per_row_s = elapsed / (b * steps)
-        if row["metaworld_loop"]:
+        if started is not None:
+            if not ref_seconds:  # no batch sizes: the loop alone
+                ref_seconds = alternate({"metaworld": reference_contender(started[0])}, repeats)["metaworld"]
+            started[0].close()
+            row["metaworld_loop_best"], row["metaworld_loop"] = Spread.of(ref_seconds).rates(REFERENCE_STEPS)
+        if row.get("metaworld_loop"):
             for b in batches:
                 for backend in ("mujoco", "mjx"):
                     if row.get(f"{backend}_b{b}") is not None:
@@ -291,19 +315,26 @@ def main() -> None:
     parser.add_argument("--dtype", choices=("float32", "float64"), default="float32",
                         help="parity: MJX precision (float64 enables jax_enable_x64: it separates float32 rounding "
                              "from differences of MJX's algorithms)")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="speed: alternating samples of MuJoCo C and the metaworld loop per batch size")
     parser.add_argument("--out", type=Path, default=None)
+    add_load_arguments(parser)
     args = parser.parse_args()
+    load_before = check_load(args.allow_busy) if args.mode == "speed" else os.getloadavg()[0]
     if args.dtype == "float64":
         jax.config.update("jax_enable_x64", True)
     names = tuple(args.tasks)
     if args.mode == "effect":
         rows = effect(names, args.episodes)
     elif args.mode == "speed":
-        rows = speed(names, tuple(args.batches), args.steps, args.budget, args.chunk, args.reference_python)
+        rows = speed(names, tuple(args.batches), args.steps, args.budget, args.chunk, args.reference_python,
+                     args.repeats)
     else:
         rows = parity(names, args.horizon, args.dtype)
     conditions = {"machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
-                  "jax": jax.__version__, "backend": jax.default_backend(), "argv": os.sys.argv[1:]}
+                  "jax": jax.__version__, "backend": jax.default_backend(), "argv": os.sys.argv[1:],
+                  "load_before": load_before, "load_after": os.getloadavg()[0],
+                  "busy": is_busy(load_before, os.getloadavg()[0])}
     out = args.out or REPO_ROOT / "results" / "benchmarks" / f"metaworld_mjx_{args.mode}"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps({"conditions": conditions, "rows": rows}, indent=1))
