@@ -10,8 +10,9 @@ state plus noise), so that states have the local structure of real rollouts. Que
 dataset rows with the policy's action taken as the data action plus N(0, 0.1²) noise (a policy near the
 data, as PRDC's regulariser keeps it). β = 2, states normalised with the data's statistics.
 
-For each dataset size K, measured in the same process, in order (median of ``--repeats`` calls after a
-compiling call, all jitted, results blocked on):
+For each dataset size K, measured in the same process, every timed call below after one compiling call, all
+jitted, results blocked on, and all of them timed in alternation (``_common.alternate``) ``--repeats``
+times (best and median wall time, median process CPU time):
 
 * ``search``: the exact chunked search alone (:func:`imaginejax.algos.neighbors.nearest_neighbor`);
 * ``PRDC update``: one full continuous PRDC update (TD3+BC networks 256×256, the search included);
@@ -24,8 +25,8 @@ compiling call, all jitted, results blocked on):
   (fraction of queries for which it returns a row at the exact neighbour's distance, over 8 batches) and
   the mean ratio of its neighbour's distance to the exact one.
 
-Prints a markdown table and writes ``results/benchmarks/prdc_nn_search.{md,json}``. The machine's load
-average is recorded: on a shared machine the timings are upper bounds.
+Prints a markdown table and writes ``results/benchmarks/prdc_nn_search.{md,json}``. The run refuses to start
+at a load average above the core count unless ``--allow-busy`` (the table then says busy).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ import os
 import platform
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import jax
@@ -50,7 +52,8 @@ from imaginejax.algos.td3bc import make_td3bc
 from imaginejax.data.transitions import placeholder_like
 from imaginejax.data.types import Batch, Transitions
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from _common import REPO_ROOT, Spread, add_load_arguments, alternate, check_load, is_busy, load_note
+
 S, A, E, M, T = 18, 6, 384, 4, 200
 BETA = 2.0
 
@@ -85,23 +88,34 @@ def policy_actions(batch: Batch, key: jax.Array, sigma: float = 0.1) -> jax.Arra
     return jnp.clip(batch.action + sigma * jax.random.normal(key, batch.action.shape), -1.0, 1.0)
 
 
-def timed(fn, *args, repeats: int) -> tuple[float, float]:
-    """Median (wall, process CPU) seconds of ``repeats`` calls after one warm-up (compiling) call.
+def contender(fn: Callable, *args, cpu: list[float]) -> Callable[[], float]:
+    """A contender timing one call of ``fn(*args)`` (after one warm-up, compiling call, made now): it returns
+    the wall seconds and appends the process CPU seconds to ``cpu``.
 
     On a busy machine the wall time is inflated by other processes; the CPU time is not (it counts all of
     this process's threads, so on an idle 2-core machine wall ≈ CPU / 1–2)."""
     jax.block_until_ready(fn(*args))
-    walls, cpus = [], []
-    for _ in range(repeats):
-        wall, cpu = time.perf_counter(), time.process_time()
+
+    def measure() -> float:
+        wall, start_cpu = time.perf_counter(), time.process_time()
         jax.block_until_ready(fn(*args))
-        walls.append(time.perf_counter() - wall)
-        cpus.append(time.process_time() - cpu)
-    return statistics.median(walls), statistics.median(cpus)
+        cpu.append(time.process_time() - start_cpu)
+        return time.perf_counter() - wall
+
+    return measure
 
 
-def record(row: dict, name: str, seconds: tuple[float, float]) -> None:
-    row[f"{name}_ms"], row[f"{name}_cpu_ms"] = 1e3 * seconds[0], 1e3 * seconds[1]
+def timed(fn: Callable, *args, repeats: int) -> tuple[float, float]:
+    """Median (wall, process CPU) seconds of ``repeats`` calls of ``fn(*args)`` after a warm-up, timed alone."""
+    cpu: list[float] = []
+    walls = alternate({"fn": contender(fn, *args, cpu=cpu)}, repeats)["fn"]
+    return statistics.median(walls), statistics.median(cpu)
+
+
+def record(row: dict, name: str, walls: list[float], cpus: list[float]) -> None:
+    spread = Spread.of(walls)
+    row[f"{name}_best_ms"], row[f"{name}_ms"] = 1e3 * spread.min, 1e3 * spread.median
+    row[f"{name}_cpu_ms"] = 1e3 * statistics.median(cpus)
 
 
 def main() -> None:
@@ -115,7 +129,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--kdtree-max", type=int, default=100_000, help="largest K for the scipy KD-tree (0: skip)")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "results" / "benchmarks")
+    add_load_arguments(parser)
     args = parser.parse_args()
+    load_before = check_load(args.allow_busy)
 
     spec = Spec(state_dim=S, embed_dim=E, discrete=False, action_dim=A)
     prdc, td3bc = make_prdc(spec, chunk=args.chunk), make_td3bc(spec)
@@ -136,16 +152,25 @@ def main() -> None:
 
         exact = jax.jit(search)
         row = {"K": k}
-        record(row, "search", timed(exact, batch, query, data, norm, None, repeats=args.repeats))
+        cpus: dict[str, list[float]] = {}
+        contenders = {}
+
+        def add(name: str, fn: Callable, *fn_args) -> None:
+            cpus[name] = []
+            contenders[name] = contender(fn, *fn_args, cpu=cpus[name])
+
+        add("search", exact, batch, query, data, norm, None)
         hp = prdc.default_hp(spec)
-        state = prdc.init(jax.random.PRNGKey(0), spec, norm, hp)
-        record(row, "prdc_update", timed(prdc_update, state, batch, jax.random.PRNGKey(3), hp, data,
-                                         repeats=args.repeats))
+        add("prdc_update", prdc_update, prdc.init(jax.random.PRNGKey(0), spec, norm, hp), batch,
+            jax.random.PRNGKey(3), hp, data)
         hp_td3 = td3bc.default_hp(spec)
-        record(row, "td3bc_update", timed(td3bc_update, td3bc.init(jax.random.PRNGKey(0), spec, norm, hp_td3), batch,
-                                          jax.random.PRNGKey(3), hp_td3, data, repeats=args.repeats))
+        add("td3bc_update", td3bc_update, td3bc.init(jax.random.PRNGKey(0), spec, norm, hp_td3), batch,
+            jax.random.PRNGKey(3), hp_td3, data)
         if 0 < k <= args.kdtree_max:
-            row.update(kdtree(real, norm, batch, query, args.repeats))
+            tree = kdtree(real, norm, batch, query)
+            if tree is not None:
+                row["kdtree_build_s"] = tree[0]
+                add("kdtree_query", tree[1])
         row["subsets"] = []
         for m in args.subsets:
             if m >= k:
@@ -153,8 +178,7 @@ def main() -> None:
             for with_batch in (False, True):
                 approx = jax.jit(lambda b, q, d, n, key, m=m, w=with_batch: search(b, q, d, n, key, m, w))
                 entry = {"m": m, "with_batch": with_batch}
-                record(entry, "search", timed(approx, batch, query, data, norm, jax.random.PRNGKey(4),
-                                              repeats=args.repeats))
+                add(f"subset_{m}_{with_batch}", approx, batch, query, data, norm, jax.random.PRNGKey(4))
                 for sigma in args.policy_noise:
                     hits, ratios = [], []
                     for i in range(8):  # recall over 8 batches of B queries
@@ -168,14 +192,22 @@ def main() -> None:
                     entry[f"recall_{sigma}"] = float(np.concatenate(hits).mean())
                     entry[f"distance_ratio_{sigma}"] = float(np.concatenate(ratios).mean())
                 row["subsets"].append(entry)
+        walls = alternate(contenders, args.repeats)
+        for name in ("search", "prdc_update", "td3bc_update", "kdtree_query"):
+            if name in walls:
+                record(row, name, walls[name], cpus[name])
+        for entry in row["subsets"]:
+            name = f"subset_{entry['m']}_{entry['with_batch']}"
+            record(entry, "search", walls[name], cpus[name])
         rows.append(row)
         print(json.dumps(row), flush=True)
 
-    both = lambda r, name: f"{r[name + '_ms']:.1f} ({r[name + '_cpu_ms']:.1f})"
-    table = ["| K | exact search (ms) | PRDC update (ms) | TD3+BC update (ms) | KD-tree build (s) / query (ms) |",
-             "|---:|---:|---:|---:|---:|"]
+    both = lambda r, name: f"{r[name + '_best_ms']:.1f} / {r[name + '_ms']:.1f} ({r[name + '_cpu_ms']:.1f})"  # noqa: E731
+    table = ["| K | exact search (ms) | PRDC update (ms) | TD3+BC update (ms) | KD-tree build (s) / query (ms, best / "
+             "median) |", "|---:|---:|---:|---:|---:|"]
     for r in rows:
-        kd = (f"{r['kdtree_build_s']:.1f} / {r['kdtree_query_ms']:.0f}" if "kdtree_query_ms" in r else "—")
+        kd = (f"{r['kdtree_build_s']:.1f} / {r['kdtree_query_best_ms']:.0f} / {r['kdtree_query_ms']:.0f}"
+              if "kdtree_query_ms" in r else "—")
         table.append(f"| {r['K']:,} | {both(r, 'search')} | {both(r, 'prdc_update')} | {both(r, 'td3bc_update')} "
                      f"| {kd} |")
     noise = args.policy_noise
@@ -187,28 +219,33 @@ def main() -> None:
             cells = " | ".join(f"{100 * e[f'recall_{s}']:.1f} % | {e[f'distance_ratio_{s}']:.2f}" for s in noise)
             table.append(f"| {r['K']:,} | m = {e['m']:,} random rows{' + the batch' if e['with_batch'] else ''} | "
                          f"{both(e, 'search')} | {cells} |")
-    table.append("\nTimes: median wall milliseconds (process CPU milliseconds, all threads) per call. Recall: "
+    load_after = os.getloadavg()[0]
+    table.append(f"\nTimes: best / median wall milliseconds of {args.repeats} alternating calls (median process CPU "
+                 "milliseconds, all threads) per call. Recall: "
                  "fraction of queries given a row at the exact neighbour's distance; distance ratio: mean "
-                 "d(found) / d(exact). σ: the policy's distance from the data action.")
+                 "d(found) / d(exact). σ: the policy's distance from the data action. "
+                 f"{os.cpu_count()} CPUs, {load_note(load_before, load_after)}.")
     table = "\n".join(table)
     meta = {"jax": jax.__version__, "devices": [str(d) for d in jax.devices()], "machine": platform.machine(),
-            "cpus": os.cpu_count(), "load_average": os.getloadavg(),
+            "cpus": os.cpu_count(), "load_before": load_before, "load_after": load_after,
+            "busy": is_busy(load_before, load_after),
             "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
             "shapes": {"S": S, "A": A, "E": E, "M": M, "beta": BETA},
             "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
     print("\n" + table)
-    print(f"\nload average at the end: {os.getloadavg()}")
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "prdc_nn_search.md").write_text(table + "\n", encoding="utf-8")
     (args.out / "prdc_nn_search.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2), encoding="utf-8")
 
 
-def kdtree(real: Transitions, norm: DataStats, batch: Batch, query: jax.Array, repeats: int) -> dict:
-    """The reference's host KD-tree over the joint keys (β·obs ⊕ a): build seconds, query milliseconds."""
+def kdtree(real: Transitions, norm: DataStats, batch: Batch, query: jax.Array
+           ) -> tuple[float, Callable[[], object]] | None:
+    """The reference's host KD-tree over the joint keys (β·obs ⊕ a): (build seconds, a call querying it for
+    the batch), or None without scipy."""
     try:
         from scipy.spatial import cKDTree
     except ImportError:
-        return {}
+        return None
     obs = np.concatenate([np.asarray(norm(real.state)), np.asarray(real.embeddings)[np.asarray(real.instruction)]], -1)
     keys = np.concatenate([BETA * obs, np.asarray(real.action)], -1)
     start = time.perf_counter()
@@ -216,13 +253,7 @@ def kdtree(real: Transitions, norm: DataStats, batch: Batch, query: jax.Array, r
     build = time.perf_counter() - start
     q_obs = np.concatenate([np.asarray(norm(batch.state)), np.asarray(batch.embedding)], -1)
     q = np.concatenate([BETA * q_obs, np.asarray(query)], -1)
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        tree.query(q, k=1)
-        times.append(time.perf_counter() - start)
-    return {"kdtree_build_s": build, "kdtree_query_ms": 1e3 * statistics.median(times)}
-
+    return build, lambda: tree.query(q, k=1)
 
 if __name__ == "__main__":
     main()
