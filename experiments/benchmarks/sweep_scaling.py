@@ -8,7 +8,10 @@ an evaluation of ``--eval-episodes`` episodes per run on the train level. For ea
 (``imaginejax.engine``) is built once, the first interval (compilation included) and then ``--repeats``
 further intervals are timed; the table reports the median steady interval, total updates/s over all
 runs, runs·intervals per second, and the cost per run relative to R = 1 (1.0 = perfect scaling; above
-1 = each extra run costs more than the first). Everything is measured in the same process, in order.
+1 = each extra run costs more than the first), with the best steady interval beside the median.
+Everything is measured in the same process, in order: the intervals of one R run inside one engine call,
+so the R values cannot alternate; the run refuses to start at a load average above the core count unless
+``--allow-busy`` (the table then says busy).
 The table is printed as markdown and written to ``results/benchmarks/sweep_scaling.{md,json}``.
 """
 
@@ -16,8 +19,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
-import statistics
 import time
 from pathlib import Path
 
@@ -35,7 +38,7 @@ from imaginejax.lang import encode_instructions
 from imaginejax.paths import cache_root
 from imaginejax.sweep import Sweep
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from _common import REPO_ROOT, Spread, add_load_arguments, check_load, is_busy, load_note
 
 
 def main() -> None:
@@ -47,7 +50,9 @@ def main() -> None:
     parser.add_argument("--trajectories", type=int, default=200, help="real expert trajectories")
     parser.add_argument("--repeats", type=int, default=2, help="timed intervals after the first")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "results" / "benchmarks")
+    add_load_arguments(parser)
     args = parser.parse_args()
+    load_before = check_load(args.allow_busy)
 
     root = cache_root() / "demo"
     root.mkdir(parents=True, exist_ok=True)
@@ -63,20 +68,26 @@ def main() -> None:
         arrays = Sweep.grid(seeds=runs).build(BCHyperparams(learning_rate=jnp.float32(1e-3)))
         estimate = trainer.memory_estimate(jax.tree.map(lambda x: x[0], arrays.hp), real)
         result = trainer.train(arrays.keys, arrays.hp, real, log=None)
-        steady = statistics.median(result.seconds[1:].tolist())
+        spread = Spread.of(result.seconds[1:].tolist())
+        steady = spread.median
         rows.append({"runs": runs, "first_interval_s": float(result.seconds[0]), "interval_s": steady,
+                     "best_interval_s": spread.min,
                      "updates_per_s": runs * args.updates / steady, "run_intervals_per_s": runs / steady,
                      "estimated_mib": estimate.total(runs) / 2**20})
         print(f"R={runs:3d}: first interval {result.seconds[0]:6.1f}s, steady {steady:6.2f}s, "
               f"{rows[-1]['updates_per_s']:,.0f} updates/s", flush=True)
     base = rows[0]["interval_s"] / rows[0]["runs"]
-    head = ("| runs R | first interval (s, incl. compile) | interval (s) | updates/s (all runs) | "
+    head = ("| runs R | first interval (s, incl. compile) | interval (s, best / median) | updates/s (all runs) | "
             "runs·intervals/s | cost per run vs R=1 | estimated memory (MiB) |\n|---:|---:|---:|---:|---:|---:|---:|\n")
     table = head + "\n".join(
-        f"| {r['runs']} | {r['first_interval_s']:.1f} | {r['interval_s']:.2f} | {r['updates_per_s']:,.0f} | "
+        f"| {r['runs']} | {r['first_interval_s']:.1f} | {r['best_interval_s']:.2f} / {r['interval_s']:.2f} | "
+        f"{r['updates_per_s']:,.0f} | "
         f"{r['run_intervals_per_s']:.2f} | {r['interval_s'] / r['runs'] / base:.2f} | {r['estimated_mib']:,.0f} |"
         for r in rows)
-    meta = {"jax": jax.__version__, "devices": [str(d) for d in jax.devices()], "machine": platform.machine(),
+    load_after = os.getloadavg()[0]
+    table += (f"\n\nMedian of {args.repeats} steady intervals per R (updates/s and the ratios from it); "
+              f"{os.cpu_count()} CPUs, {load_note(load_before, load_after)}.")
+    meta = {"load_before": load_before, "load_after": load_after, "busy": is_busy(load_before, load_after),"jax": jax.__version__, "devices": [str(d) for d in jax.devices()], "machine": platform.machine(),
             "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
             "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
     print("\n" + table)
