@@ -1,6 +1,6 @@
 """This CPU's float32 matmul peak, and the FLOP counts that put a training update against it.
 
-    python experiments/benchmarks/matmul_peak.py [--size 2048] [--repeats 7]
+    python experiments/benchmarks/matmul_peak.py [--size 2048] [--repeats 7] [--allow-busy]
 
 Three measurements, used by ``algo_updates.py`` (and printed by this script on their own):
 
@@ -34,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.extend import core as jex_core
 
-from _common import best_seconds
+from _common import add_load_arguments, best_seconds, check_load, load_note
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,13 +166,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", type=int, default=2048)
     parser.add_argument("--repeats", type=int, default=7)
+    add_load_arguments(parser)
     args = parser.parse_args()
+    load_before = check_load(args.allow_busy)
     peak = matmul_peak(args.size, args.repeats)
     small = chained_product_rate(repeats=args.repeats)
     print(f"float32 matmul peak ({args.size}² jnp.dot, best of {args.repeats}): {peak / 1e9:.1f} GFLOP/s")
     print(f"256×408 @ 408×408 chained products (best of {args.repeats}): {small / 1e9:.1f} GFLOP/s "
           f"({100 * small / peak:.0f}% of peak)")
-    print(f"devices: {jax.devices()}, numpy {np.__version__}, jax {jax.__version__}")
+    print(f"devices: {jax.devices()}, numpy {np.__version__}, jax {jax.__version__}; {load_note(load_before)}")
 
 
 if __name__ == "__main__":
