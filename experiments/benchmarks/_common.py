@@ -197,7 +197,7 @@ def add_reference_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ref-python", type=Path, default=Path(default_ref))
     parser.add_argument("--torch-threads", type=int, nargs="+", default=list(ALTERNATIVE_THREADS),
                         help="PyTorch thread settings tried (OMP_WAIT_POLICY=PASSIVE); the faster is reported")
-    parser.add_argument("--torch-worker", nargs="*", help=argparse.SUPPRESS)
+    parser.add_argument("--torch-worker", action="store_true", help=argparse.SUPPRESS)
 
 
 def thread_env(threads: int) -> dict[str, str]:
@@ -280,22 +280,3 @@ def serve(handle: Callable[[dict[str, Any]], dict[str, Any]], channel: IO[str] |
         channel.write(json.dumps(answer) + "\n")
         channel.flush()
 
-
-def median_seconds(run: Callable[[], object], repeats: int) -> float:
-    """Median wall time of ``repeats`` calls of ``run``."""
-    return statistics.median(wall_times(run, repeats))
-
-
-def run_torch_worker(ref_python: Path, script: str, spec: Callable[[], dict[str, Any]]) -> dict[str, Any] | None:
-    """Runs ``script --torch-worker SPEC OUT`` in the reference interpreter and returns OUT's JSON (None
-    without that interpreter)."""
-    import tempfile
-
-    if not ref_python.exists():
-        print(f"no reference interpreter at {ref_python}: PyTorch side skipped", flush=True)
-        return None
-    with tempfile.TemporaryDirectory() as work:
-        spec_path, out = Path(work) / "spec.json", Path(work) / "out.json"
-        spec_path.write_text(json.dumps(spec()))
-        subprocess.run([str(ref_python), script, "--torch-worker", str(spec_path), str(out)], check=True)
-        return json.loads(out.read_text(encoding="utf-8"))

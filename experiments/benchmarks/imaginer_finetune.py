@@ -309,7 +309,7 @@ def main() -> None:
     add_reference_arguments(parser)
     add_load_arguments(parser)
     args = parser.parse_args()
-    if args.torch_worker is not None:
+    if args.torch_worker:
         torch_worker()
         return
     load_before = check_load(args.allow_busy)
