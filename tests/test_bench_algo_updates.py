@@ -8,6 +8,7 @@ gradient δ·Wᵀ. No timing is asserted (performance lives in the benchmark scr
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import sys
 from pathlib import Path
@@ -151,3 +152,51 @@ def test_unknown_settings_fall_back_and_missing_pairs_are_named():
             assert "no comparison" in setting.note, name
     with pytest.raises(ValueError, match="dataset-size"):
         algo_updates.random_transitions(jax.random.PRNGKey(0), algo_updates.SHAPES[0], 0)
+
+
+class _ScriptedWorker:
+    """A d3rlpy worker stand-in answering ``measure`` with scripted wall seconds, logging its thread count."""
+
+    def __init__(self, threads: int, seconds: list[float], calls: list):
+        self.threads, self.seconds, self.calls = threads, iter(seconds), calls
+
+    def ask(self, request):
+        self.calls.append(("d3rlpy", self.threads))
+        done = request["seeds"] * request["updates"]
+        seconds = next(self.seconds)
+        return {"ok": True, "updates": done, "requested": done, "seconds": seconds, "update_seconds": seconds,
+                "params": 7}
+
+
+class _ScriptedBench:
+    def __init__(self, seconds: list[float], calls: list):
+        self.seconds, self.calls = iter(seconds), calls
+        self.compile_seconds, self.xla_flops, self.devices = 0.5, 1.0, 1
+
+    def time_call(self) -> float:
+        self.calls.append(("jax", None))
+        return next(self.seconds)
+
+
+def test_measure_pair_alternates_jax_with_each_thread_setting_and_reports_the_faster(monkeypatch):
+    """3 updates per call, one seed. JAX: 0.3 s per call → 10 updates/s. d3rlpy at 1 thread: 3, 6, 3 s →
+    1 s/update at the median (1 update/s); at 2 threads: 1.5, 1.5, 3 s → 0.5 s/update (2 updates/s), the
+    faster: ratio 10 / 2 = 5 (best: 10 / 2 as well)."""
+    calls: list = []
+    monkeypatch.setattr(algo_updates, "build_jax", lambda *a, **k: _ScriptedBench([0.3, 0.3, 0.3], calls))
+    workers = {1: _ScriptedWorker(1, [3.0, 6.0, 3.0], calls), 2: _ScriptedWorker(2, [1.5, 1.5, 3.0], calls)}
+    shapes = algo_updates.ShapeSet("tiny", state_dim=5, embed_dim=11, action_dim=4, discrete=True)
+    setting = algo_updates.Setting(batch_size=16, net=NetConfig(encoder_width=32, encoder_layers=2, hidden=(24,)),
+                                   d3rlpy="DiscreteBC")
+    data = algo_updates.random_transitions(jax.random.PRNGKey(1), shapes, 50)
+    args = argparse.Namespace(updates=3, seeds=[1], repeats=3, dataset_size=50, warmup=0, d3rlpy_budget=None,
+                              target_seconds=0.1)
+    (row,) = algo_updates.measure_pair("bc", shapes, setting, args, 1e9, data, workers, lambda s: None)["rows"]
+
+    assert calls == [("jax", None), ("d3rlpy", 1), ("d3rlpy", 2)] * 3
+    assert row["jax_updates_per_s"] == pytest.approx(10.0) and row["jax_best_updates_per_s"] == pytest.approx(10.0)
+    assert row["d3rlpy_threads"] == 2
+    assert row["d3rlpy_updates_per_s_by_threads"] == {1: pytest.approx(1.0), 2: pytest.approx(2.0)}
+    assert row["d3rlpy_updates_per_s"] == pytest.approx(2.0) and row["d3rlpy_best_updates_per_s"] == pytest.approx(2.0)
+    assert row["ratio"] == pytest.approx(5.0) and row["ratio_best"] == pytest.approx(5.0)
+    assert row["d3rlpy_seconds"] == [1.5, 1.5, 3.0]
