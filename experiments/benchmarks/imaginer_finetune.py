@@ -197,6 +197,7 @@ def torch_worker() -> None:
     import transformers
 
     transformers.utils.logging.set_verbosity_error()
+    device = os.environ.get("IMAGINEJAX_TORCH_DEVICE", "cpu")  # "cuda" on a GPU machine
 
     class LoRALinear(torch.nn.Module):
         """``base(x) + scale · (x a) b`` with ``a`` random, ``b`` zero, the base frozen."""
@@ -226,11 +227,12 @@ def torch_worker() -> None:
                 for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
                     setattr(attention, name, LoRALinear(getattr(attention, name), case["lora_rank"],
                                                         case["lora_alpha"]))
+        model.to(device)
         trainable = [p for p in model.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(trainable, lr=case["learning_rate"], betas=(0.9, case["adam_b2"]),
                                       weight_decay=0.01)
         ids = torch.randint(0, config.vocab_size, (case["batch"], case["length"]),
-                            generator=torch.Generator().manual_seed(4))
+                            generator=torch.Generator().manual_seed(4)).to(device)
 
         def step() -> None:
             loss = model(input_ids=ids, labels=ids).loss
@@ -238,6 +240,8 @@ def torch_worker() -> None:
             torch.nn.utils.clip_grad_norm_(trainable, 1.0)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()  # the step's kernels are asynchronous
 
         held["step"] = step
         return {"first_step_seconds": _first_call_seconds(step),

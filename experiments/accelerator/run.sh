@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The accelerator run on a bare CUDA machine, from the repository root:
+#
+#   bash experiments/accelerator/run.sh --out DIR [driver.py options]
+#
+# Needs: Python 3.12 with JAX (CUDA), flax, optax, chex, orbax-checkpoint, torch, transformers, tokenizers,
+# safetensors, h5py, scipy, scikit-learn, tqdm (PYTHON, default python3), and the folder .accel/ written by
+# `make accelerator-prepare` on a machine with internet (the other wheels, the instruction-embedding table,
+# SmolLM2's tokenizer and architecture). Installs nothing outside $SITE (default /tmp/imaginejax-site).
+set -euo pipefail
+ACCEL=${ACCEL_DIR:-.accel}
+SITE=${SITE:-/tmp/imaginejax-site}
+PY=${PYTHON:-python3}
+test -f "$ACCEL/manifest.json" || { echo "no $ACCEL/manifest.json: run 'make accelerator-prepare' first" >&2; exit 2; }
+"$PY" -m pip install -q --disable-pip-version-check --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+  --target "$SITE" "$ACCEL"/wheels/*.whl
+# The project itself, built from this checkout without network (the image's setuptools).
+"$PY" -m pip install -q --disable-pip-version-check --no-index --no-deps --no-build-isolation --no-compile \
+  --no-cache-dir --upgrade --target "$SITE" .
+export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
+export IMAGINEJAX_EMBEDDING_TABLE="$PWD/$ACCEL/embeddings.npz"
+export IMAGINEJAX_SMOLLM2_TOKENIZER="$PWD/$ACCEL/smollm2-tokenizer.json"
+export IMAGINEJAX_SMOLLM2_ARCHITECTURE="$PWD/$ACCEL/smollm2-architecture.json"
+export MUJOCO_GL=${MUJOCO_GL:-disable} PYTHONUNBUFFERED=1
+exec "$PY" experiments/accelerator/driver.py "$@"

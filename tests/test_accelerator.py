@@ -1,0 +1,110 @@
+"""The accelerator run (experiments/accelerator/): its dry run on the CPU, its tables, its offline inputs."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+ACCEL = REPO_ROOT / "experiments" / "accelerator"
+sys.path.insert(0, str(ACCEL))
+
+import driver  # noqa: E402
+from budget import Budget  # noqa: E402
+
+
+def run_driver(tmp_path: Path, *stages: str, budget: float = 900.0) -> dict:
+    """The driver's dry run of ``stages`` in a subprocess; returns its accelerator.json."""
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    result = subprocess.run([sys.executable, str(ACCEL / "driver.py"), "--dry-run", "--no-d3rlpy", "--out",
+                             str(tmp_path), "--budget", str(budget), "--stages", *stages],
+                            capture_output=True, text=True, env=env, timeout=3000, check=False)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return json.loads((tmp_path / "accelerator.json").read_text(encoding="utf-8"))
+
+
+def test_budget_reserves() -> None:
+    budget = Budget(10.0)
+    assert 9.0 < budget.left() <= 10.0 and budget.spent() >= 0.0
+    assert not budget.expired(reserve=5.0) and budget.expired(reserve=11.0)
+
+
+def test_dry_run_writes_the_tables(tmp_path: Path) -> None:
+    results = run_driver(tmp_path, "info", "matmul", budget=120)
+    assert [results["stages"][s]["status"] for s in ("info", "matmul")] == ["ok", "ok"]
+    info, matmul = results["stages"]["info"]["result"], results["stages"]["matmul"]["result"]
+    assert info["platform"] == "cpu" and matmul["float32"] > 0 and matmul["bfloat16"] > 0
+    table = (tmp_path / "accelerator.md").read_text(encoding="utf-8")
+    assert "(dry run)" in table and "Matmul peak" in table and "stage `matmul`: ok" in table
+
+
+def test_markdown_shows_failures_and_skips() -> None:
+    results = {"budget": 100.0, "dry_run": False, "stages": {
+        "info": {"status": "ok", "seconds": 1.0, "result": {"device": "H100", "platform": "gpu"}},
+        "train": {"status": "ok", "seconds": 5.0, "result": {
+            "rows": [{"algorithm": "bc", "action_space": "discrete", "runs": 8, "seed_updates_per_s": 12345.6,
+                      "percent_of_peak": 1.234, "compile_seconds": 2.0}],
+            "skipped": [{"algorithm": "combo", "runs": 512, "reason": "state 900 GiB"}], "failures": [],
+            "d3rlpy": {"rows": [{"algorithm": "bc", "action_space": "discrete", "processes": 8, "jax_r1": 2000.0,
+                                 "d3rlpy_one_process": 500.0, "ratio_one": 4.0, "jax_r_procs": 16000.0,
+                                 "d3rlpy_processes_total": 1000.0, "ratio_procs": 16.0}]}}},
+        "envs": {"status": "failed", "seconds": 0.5, "error": "Traceback ...\nRuntimeError: out of memory"}}}
+    table = driver.markdown(results)
+    assert "| bc | discrete | 8 | 12,346 | 1.23 | 2.0 |" in table
+    assert "| bc | discrete | 2,000 | 500 | 4.0× | 16,000 | 1,000 | 16.0× |" in table
+    # bc discrete only: CLEVR and BabyAI at 12,346 seed-updates/s (R=8 < 60: the largest measured), 60 runs ×
+    # 500k updates each; d3rlpy 500 / 1000 updates/s; no continuous rate, so the row is partial.
+    hours = 2 * 60 * 500_000 / 12345.6 / 3600
+    assert f"| bc (partial) | {hours:,.1f} | {2 * 60 * 500_000 / 500 / 3600:,.1f} | " \
+           f"{2 * 60 * 500_000 / 1000 / 3600:,.1f} |" in table
+    assert "state 900 GiB" in table and "stage `envs`: failed in 0 s — RuntimeError: out of memory" in table
+
+
+def test_exported_tokenizer_and_architecture_match_the_gguf(tmp_path: Path) -> None:
+    from imaginejax.imaginer import finetune
+    from imaginejax.imaginer.loading import load_gguf_config, load_gguf_tokenizer, smollm2_gguf_path
+    import imaginer_stage
+
+    path = tmp_path / "tokenizer.json"
+    path.write_text(load_gguf_tokenizer(smollm2_gguf_path()).to_str(), encoding="utf-8")
+    texts = ["Move the red ball behind the blue ball.", "naïve 12345 <|im_start|>", " spaced  out "]
+    expected = [load_gguf_tokenizer(smollm2_gguf_path()).encode(t).ids for t in texts]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(finetune.SMOLLM2_TOKENIZER_ENV, str(path))
+        finetune._smollm2_tokenizer.cache_clear()
+        try:
+            assert [finetune._smollm2_tokenizer().encode(t).ids for t in texts] == expected
+            patch.setenv(finetune.SMOLLM2_TOKENIZER_ENV, str(tmp_path / "absent.json"))
+            finetune._smollm2_tokenizer.cache_clear()
+            with pytest.raises(FileNotFoundError, match="IMAGINEJAX_SMOLLM2_TOKENIZER"):
+                finetune._smollm2_tokenizer()
+        finally:
+            finetune._smollm2_tokenizer.cache_clear()
+
+        config = tmp_path / "architecture.json"
+        imaginer_stage.export_architecture(config)
+        patch.setenv(imaginer_stage.ARCHITECTURE_ENV, str(config))
+        assert imaginer_stage.full_config("smollm2-135m") == load_gguf_config(smollm2_gguf_path())
+
+
+def test_dry_run_of_every_stage(tmp_path: Path) -> None:
+    stages = ["info", "matmul", "train", "envs", "bench"]
+    if importlib.util.find_spec("torch") is not None:
+        stages.insert(4, "imaginer")
+    results = run_driver(tmp_path, *stages, budget=2400)
+    for stage in stages:
+        assert results["stages"][stage]["status"] == "ok", results["stages"][stage].get("error")
+    train = results["stages"]["train"]["result"]
+    assert {(r["algorithm"], r["action_space"], r["runs"]) for r in train["rows"]} == {
+        (a, s, r) for a in ("bc", "td3bc") for s in ("continuous", "discrete") for r in (1, 2)}
+    assert all(r["seed_updates_per_s"] > 0 for r in train["rows"])
+    envs = results["stages"]["envs"]["result"]["rows"]
+    assert {r["env"] for r in envs} == {"clevr", "babyai", "cheetah"} and all("error" not in r for r in envs)
+    assert next(r for r in envs if r["env"] == "cheetah")["mujoco_c_steps_per_s"] > 0
+    assert results["stages"]["bench"]["result"]["status"] == "finished"
