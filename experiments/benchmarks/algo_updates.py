@@ -60,7 +60,7 @@ multi-device machine. To see whether XLA's flags matter, run the same subset und
     python experiments/benchmarks/algo_updates.py --algos bc td3bc --no-d3rlpy --cpu-devices 2 --out /tmp/c
 
 On a machine shared with other busy processes, OpenMP workers that spin-wait for each other stall
-d3rlpy by an order of magnitude (docs/benchmarks.md); hence the passive wait policy and the thread
+d3rlpy by an order of magnitude (docs/timing.md); hence the passive wait policy and the thread
 settings tried side by side. XLA's flags (e.g.
 ``XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"``) are read from the
 environment and recorded too.
