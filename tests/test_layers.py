@@ -33,7 +33,8 @@ LAYERS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
     # The imaginer's quality study is a command-line driver over bench's data cache, like bench itself.
     (8, "application", ("imaginejax.cli", "imaginejax.config", "imaginejax.bench", "imaginejax.report",
                         "imaginejax.figures", "imaginejax.demo", "imaginejax.stats", "imaginejax.results",
-                        "imaginejax.presets", "imaginejax.imaginer.study", "imaginejax.api", "imaginejax.policy")),
+                        "imaginejax.presets", "imaginejax.imaginer.study", "imaginejax.api", "imaginejax.policy",
+                        "imaginejax.frames")),
 )
 
 

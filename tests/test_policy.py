@@ -52,6 +52,17 @@ def test_export_and_evaluate_round_trip(exported, capsys):
     assert "unknown level 'hardest'" in capsys.readouterr().err
 
 
+def test_evaluate_writes_frames_of_a_few_episodes(exported, capsys):
+    out = exported / "frames"
+    assert main(["evaluate", str(exported / "policy"), "--level", "easy", "--episodes", "20", "--frames", str(out),
+                 "--frame-episodes", "3"]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith(f"{out}: frames.png (3 episodes, ") and (out / "frames.png").read_bytes()[:4] == b"\x89PNG"
+    assert sorted(p.name for p in out.iterdir()) == ["frames.png"]  # CLEVR is drawn, no video
+    assert main(["evaluate", str(exported / "policy"), "--frames", str(out), "--frame-episodes", "0"]) == 2
+    assert "--frame-episodes must be >= 1, got 0" in capsys.readouterr().err
+
+
 class _AdapterResets:
     """The JAX environment with the initial states of the Gymnasium vector environment reset with
     ``seed``: row i's reset key there is split(PRNGKey(seed + i))[1] (its documented key chain), while
@@ -73,7 +84,7 @@ def test_gymnasium_episodes_succeed_exactly_as_in_the_jitted_evaluation(exported
     policy = Policy.load(exported / "policy")
     seed, level = 5, "easy"
     gym = evaluate_gym(policy, level, 20, seed=seed)
-    env, params = envs.make("clevr", level, embed=policy._encoder_fn())
+    env, params = policy.environment(level)
     same = _AdapterResets(env, seed, len(gym.success))
     result = jax.jit(lambda k: evaluate(policy.policy_fn(), same, params, k, 20))(jax.random.PRNGKey(0))
     np.testing.assert_array_equal(gym.task_success, np.asarray(result.task_success))
