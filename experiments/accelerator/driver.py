@@ -45,7 +45,7 @@ sys.path.insert(0, str(HERE.parent / "benchmarks"))
 os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.45")
 
 STAGES = ("info", "matmul", "train", "envs", "imaginer", "bench")
-SHARES = {"info": 0.01, "matmul": 0.03, "train": 0.34, "envs": 0.27, "imaginer": 0.12, "bench": 0.23}
+SHARES = {"info": 0.01, "matmul": 0.03, "train": 0.40, "envs": 0.32, "imaginer": 0.24, "bench": 0.25}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,7 +64,8 @@ class Sizes:
     d3rlpy_device: str = "cuda:0"
     d3rlpy_procs: int = 8
     d3rlpy_updates: int = 2000
-    d3rlpy_seconds: float = 2.0
+    d3rlpy_seconds: float = 1.5
+    d3rlpy_repeats: int = 2
     d3rlpy_warmup: int = 5
     d3rlpy_reserve: float = 45.0
     jax_envs: tuple[str, ...] = ("clevr", "babyai")
@@ -92,7 +93,7 @@ class Sizes:
 GPU = Sizes()
 DRY = Sizes(peak_size=256, algos=("bc", "td3bc"), runs=(1, 2), updates=2, repeats=2, dataset_size=512,
             compile_threads=2, train_timing_reserve=0.0, d3rlpy_device="cpu", d3rlpy_procs=2, d3rlpy_updates=3,
-            d3rlpy_seconds=1.0, d3rlpy_warmup=1, d3rlpy_reserve=0.0, jax_batches=(8,), env_steps=2,
+            d3rlpy_seconds=1.0, d3rlpy_repeats=1, d3rlpy_warmup=1, d3rlpy_reserve=0.0, jax_batches=(8,), env_steps=2,
             mjx_cases=(("cheetah", None),), mjx_batches=(2,), mjx_steps=1, c_batch=2, mjx_reserve=0.0,
             mjx_timing_reserve=0.0, imaginer_models=("tiny",), ft_batch=2, ft_length=64, gen_batches=(1,),
             gen_prompt=8, gen_new=4, generation_reserve=0.0, torch_device="cpu",
@@ -155,14 +156,16 @@ def stage_matmul(sizes: Sizes, budget: Any) -> dict[str, Any]:
     return out
 
 
-def stage_bench(sizes: Sizes, budget: Any, out_dir: Path) -> dict[str, Any]:
-    """``imaginejax bench`` in a fresh process and workspace, wall time, stopped at the stage's budget."""
-    workspace = out_dir / "bench-workspace"
+def stage_bench(sizes: Sizes, budget: Any, work: Path) -> dict[str, Any]:
+    """``imaginejax bench`` in a fresh process, home and workspace under ``work``, wall time, stopped at the
+    stage's budget; its log is ``work/bench.log``."""
+    workspace = work / "bench-workspace"
     command = [sys.executable, "-m", "imaginejax.cli", "bench", "--env", "clevr", "--preset", sizes.bench_preset,
                "--out", str(workspace), *[arg for o in sizes.bench_overrides for arg in ("--set", o)]]
-    env = dict(os.environ, IMAGINEJAX_HOME=str(out_dir / "bench-home"), XLA_PYTHON_CLIENT_MEM_FRACTION="0.4")
+    env = dict(os.environ, IMAGINEJAX_HOME=str(work / "bench-home"), XLA_PYTHON_CLIENT_MEM_FRACTION="0.4")
     start = time.perf_counter()
-    log_path = out_dir / "bench.log"
+    work.mkdir(parents=True, exist_ok=True)
+    log_path = work / "bench.log"
     with open(log_path, "w", encoding="utf-8") as handle:
         try:
             result = subprocess.run(command, stdout=handle, stderr=subprocess.STDOUT, env=env,
@@ -317,10 +320,20 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=450.0, help="wall seconds for all stages together")
     parser.add_argument("--dry-run", action="store_true", help="tiny sizes, any backend (a CPU test)")
     parser.add_argument("--no-d3rlpy", action="store_true")
+    parser.add_argument("--jax-envs", nargs="*", default=None, help="plain-JAX envs of the envs stage")
+    parser.add_argument("--mjx-cases", nargs="*", default=None, metavar="ENV[:TASK]",
+                        help="MJX cases of the envs stage, e.g. cheetah libero metaworld:reach")
+    parser.add_argument("--work", type=Path, default=None,
+                        help="scratch folder of the bench stage (default: OUT/work; keep it out of a folder whose "
+                             "files are all fetched)")
     args = parser.parse_args()
     sizes = DRY if args.dry_run else GPU
     if args.no_d3rlpy:
         sizes = dataclasses.replace(sizes, d3rlpy=False)
+    if args.jax_envs is not None:
+        sizes = dataclasses.replace(sizes, jax_envs=tuple(args.jax_envs))
+    if args.mjx_cases is not None:
+        sizes = dataclasses.replace(sizes, mjx_cases=tuple((c.split(":") + [None])[:2] for c in args.mjx_cases))
     args.out.mkdir(parents=True, exist_ok=True)
 
     from budget import Budget
@@ -345,7 +358,7 @@ def main() -> None:
             "train": lambda: train_stage.run(sizes, budget, peak or 1.0, log),
             "envs": lambda: env_stage.run(sizes, budget, log),
             "imaginer": lambda: imaginer_stage.run(sizes, budget, log),
-            "bench": lambda: stage_bench(sizes, budget, args.out),
+            "bench": lambda: stage_bench(sizes, budget, args.work or args.out / "work"),
         }
         entry: dict[str, Any] = {"budget_seconds": budget.seconds}
         try:

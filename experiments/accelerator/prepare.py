@@ -12,6 +12,9 @@ Writes into ``--out`` (an ignored folder that travels with the repository):
   (:func:`imaginejax.lang.export_embedding_table`), so the sentence encoder's 87 MiB need not travel.
 * ``smollm2-tokenizer.json`` and ``smollm2-architecture.json``: SmolLM2's tokenizer (the ``tiny``
   imaginer's) and configuration, so its 94 MB GGUF need not travel.
+* ``extra/`` (``--metaworld``): the metaworld 3.1.1 wheel (35 MiB, the Meta-World scenes' assets); with the
+  rest it exceeds 64 MiB, so it travels in a later run on the same machine, which keeps what the first
+  installed.
 * ``manifest.json``: every file with its size and SHA-256, and the total against the 64 MiB carry limit.
 """
 
@@ -97,12 +100,16 @@ def main() -> None:
     parser.add_argument("--envs", nargs="+", default=["clevr"], choices=envs.registered(),
                         help="environments whose instruction embeddings travel (default: clevr)")
     parser.add_argument("--skip-wheels", action="store_true", help="keep the wheels already in --out")
+    parser.add_argument("--metaworld", action="store_true", help="also the metaworld wheel, into --out/extra")
     args = parser.parse_args()
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     if not args.skip_wheels:
         print("downloading wheels ...", flush=True)
         download_wheels(out / "wheels")
+    if args.metaworld:
+        (out / "extra").mkdir(exist_ok=True)
+        pip("download", "--quiet", "--no-deps", "-d", str(out / "extra"), "metaworld==3.1.1")
     texts = level_instructions(args.envs)
     print(f"embedding {len(texts):,} instructions of {', '.join(args.envs)} ...", flush=True)
     export_embedding_table(out / "embeddings.npz", texts)
@@ -111,7 +118,8 @@ def main() -> None:
     from imaginer_stage import export_architecture
 
     export_architecture(out / "smollm2-architecture.json")
-    files = sorted(path for path in out.rglob("*") if path.is_file() and path.name != "manifest.json")
+    files = sorted(path for path in out.rglob("*") if path.is_file() and path.name != "manifest.json"
+                   and "extra" not in path.relative_to(out).parts)
     carried = sum(path.stat().st_size for path in files)
     repository = tree_bytes()
     manifest = {"envs": args.envs, "instructions": len(texts),

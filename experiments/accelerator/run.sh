@@ -6,14 +6,20 @@
 # Needs: Python 3.12 with JAX (CUDA), flax, optax, chex, orbax-checkpoint, torch, transformers, tokenizers,
 # safetensors, h5py, scipy, scikit-learn, tqdm (PYTHON, default python3), and the folder .accel/ written by
 # `make accelerator-prepare` on a machine with internet (the other wheels, the instruction-embedding table,
-# SmolLM2's tokenizer and architecture). Installs nothing outside $SITE (default /tmp/imaginejax-site).
+# SmolLM2's tokenizer and architecture; .accel/extra/ the optional metaworld wheel). Installs nothing outside
+# $SITE (default /tmp/imaginejax-site); a second run on the same machine may carry only what changed.
 set -euo pipefail
 ACCEL=${ACCEL_DIR:-.accel}
 SITE=${SITE:-/tmp/imaginejax-site}
 PY=${PYTHON:-python3}
-test -f "$ACCEL/manifest.json" || { echo "no $ACCEL/manifest.json: run 'make accelerator-prepare' first" >&2; exit 2; }
-"$PY" -m pip install -q --disable-pip-version-check --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-  --target "$SITE" "$ACCEL"/wheels/*.whl
+shopt -s nullglob
+wheels=("$ACCEL"/wheels/*.whl "$ACCEL"/extra/*.whl)
+if ((${#wheels[@]})); then
+  "$PY" -m pip install -q --disable-pip-version-check --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target "$SITE" "${wheels[@]}"
+fi
+PYTHONPATH="$SITE" "$PY" -c "import mujoco" 2>/dev/null \
+  || { echo "no wheels in $ACCEL/wheels and no mujoco in $SITE: run 'make accelerator-prepare' first" >&2; exit 2; }
 # The project itself, built from this checkout without network (the image's setuptools).
 "$PY" -m pip install -q --disable-pip-version-check --no-index --no-deps --no-build-isolation --no-compile \
   --no-cache-dir --upgrade --target "$SITE" .

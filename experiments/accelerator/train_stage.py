@@ -181,7 +181,7 @@ def measure_d3rlpy(names: list[str], sizes: Any, budget: Budget, benches: dict[t
             jax_one, jax_many, d3_one, d3_many = [], [], [], []
             try:
                 all_at_once(dict(request, updates=1, max_seconds=None))  # every worker builds (untimed)
-                for _ in range(sizes.repeats):  # A B A B: JAX and d3rlpy under the same conditions
+                for _ in range(sizes.d3rlpy_repeats):  # A B A B: JAX and d3rlpy under the same conditions
                     jax_one.append(sizes.updates / one_run.time_call())
                     answer = workers[0].ask(request)
                     d3_one.append(answer["updates"] / answer["seconds"])
