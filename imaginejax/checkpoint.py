@@ -385,7 +385,7 @@ def save_checkpoint(directory: str | os.PathLike[str], interval: int, arrays: di
         if a.dtype == object:
             raise ValueError(f"array {name!r} has dtype object; checkpoints store numeric / bool arrays only")
     meta = json.loads(json.dumps(meta))  # fail here, not in orbax's finalize, on non-JSON metadata
-    directory = Path(directory)
+    directory = Path(directory).absolute()  # orbax's OCDBT store refuses relative paths
     directory.mkdir(parents=True, exist_ok=True)
     primary = jax.process_index() == 0  # orbax's primary host; the others wait at its barriers
     # Before orbax's first barrier, so no process has begun writing this save's temporary directory.

@@ -102,8 +102,9 @@ def mismatches(names: tuple[str, ...], digests: np.ndarray) -> list[str]:
     for k, name in enumerate(names):
         differ = [p for p in range(digests.shape[0]) if not np.array_equal(digests[p, k], digests[0, k])]
         if differ:
-            out.append(f"{name} (process{'es' if len(differ) > 1 else ''} {', '.join(map(str, differ))} "
-                       "differ from process 0)")
+            which = (f"processes {', '.join(map(str, differ))} differ" if len(differ) > 1
+                     else f"process {differ[0]} differs")
+            out.append(f"{name} ({which} from process 0)")
     return out
 
 

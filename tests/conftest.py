@@ -75,6 +75,11 @@ SLOW = {
     "test_notebooks.py::test_quickstart": "notebook in a fresh venv",
     "test_notebooks.py::test_imaginer": "notebook in a fresh venv",
     "test_notebooks.py::test_sweeps": "notebook in a fresh venv",
+    # Several processes on 127.0.0.1, each compiling the sweep (1.5-5 min each on a busy 2-core machine).
+    "test_distributed.py::test_two_processes_train_the_toy_sweep_bitwise_like_one": "multi-process sweep (90 s)",
+    "test_distributed.py::test_clevr_sweeps_across_processes_equal_one_process": "multi-process CLEVR sweeps",
+    "test_distributed.py::test_a_killed_process_stops_the_others_and_a_restart_resumes_to_the_same_result":
+        "multi-process kill and restart",
     # End-to-end commands.
     "test_imagine.py::test_study_cli_runs_on_babyai": "end-to-end study",
     "test_llama_smollm2.py::test_tokenizer_matches_transformers": "whole-vocabulary tokenizer parity",
