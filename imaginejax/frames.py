@@ -243,7 +243,7 @@ def libero_scene(env: Any, params: Any, task: int) -> Scene:
     def load(data: Any, state: Any) -> None:
         mujoco.mj_setState(model, data, join64(state.hi, state.lo), FULLPHYSICS)
 
-    return Scene(model, load, lookat=(0.5, 0.0, 0.1), distance=1.3, azimuth=180.0, elevation=-35.0,
+    return Scene(model, load, lookat=(0.4, 0.0, 0.3), distance=1.7, azimuth=180.0, elevation=-30.0,
                  seconds_per_step=float(model.opt.timestep) * libero_model.FRAME_SKIP)
 
 
@@ -356,7 +356,7 @@ def write_frames(env_name: str, env: Any, params: Any, episodes: Episodes, out: 
         title = textwrap.shorten(f"{i}: {episodes.instructions[i]}", 110) + f"  —  {outcome} after {length} steps"
         # Outside the layout: a long instruction may run over the row's other panels, never shrink them.
         axes[i][0].text(0, 1.06, title, transform=axes[i][0].transAxes, fontsize=9, va="bottom").set_in_layout(False)
-    fig.suptitle(f"{env_name}/{params.level}: {count} episodes", fontsize=10)
+    fig.suptitle(f"{env_name}/{params.level}: {count} episode{'s' * (count != 1)}", fontsize=10)
     fig.tight_layout(rect=(0, 0, 1, 0.97))
     fig.subplots_adjust(hspace=0.45)  # room for each row's title, kept out of the layout above
     fig.savefig(out / "frames.png", dpi=80)

@@ -70,6 +70,7 @@ SLOW = {
     "test_imagine_envs.py::test_metaworld_expert_trajectories_and_hand_edited_states": "robot arm imagination",
     "test_libero_env.py::test_grasped_object_lifts_with_the_gripper_and_falls_when_released": "long physics rollout",
     "test_libero_env.py::test_controller_tracking_error_is_bounded": "long physics rollout",
+    "test_frames.py::test_metaworld_and_libero_scenes_render_their_reset_states": "builds every Meta-World scene and renders in a fresh interpreter (40 s)",
     # The notebooks in a fresh venv, their install cell included (pip install from this checkout).
     "test_accelerator.py::test_dry_run_of_every_stage": "every stage of the accelerator run at tiny sizes: compiles dozens of programs and a bench",
     "test_notebooks.py::test_quickstart": "notebook in a fresh venv",

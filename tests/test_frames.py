@@ -29,10 +29,16 @@ def random_policy(env):
     return lambda obs, key: jax.random.uniform(key, (obs.shape[0], env.action_dim), minval=-1.0, maxval=1.0)
 
 
-def test_recorded_episodes_are_those_of_the_evaluation():
-    env, params = envs.make("babyai", "hard")  # K = 3 tasks
+@pytest.fixture(scope="module")
+def babyai():
+    """Six random-policy episodes of BabyAI's hard level (K = 3 tasks): (env, params, policy, key, episodes)."""
+    env, params = envs.make("babyai", "hard")
     policy, key = random_policy(env), jax.random.PRNGKey(4)
-    episodes = frames.record(policy, env, params, key, 6)
+    return env, params, policy, key, frames.record(policy, env, params, key, 6)
+
+
+def test_recorded_episodes_are_those_of_the_evaluation(babyai):
+    env, params, policy, key, episodes = babyai
     result = jax.jit(lambda k: evaluate(policy, env, params, k, 6))(key)
     assert episodes.states.t.shape == (params.max_steps + 1, 6)
     np.testing.assert_array_equal(episodes.tasks, np.arange(6) % 3)
@@ -100,14 +106,13 @@ def test_babyai_room_is_drawn_from_the_state_vector():
     plt.close(fig)
 
 
-def test_clevr_grid_is_written(tmp_path):
-    env, params = envs.make("clevr", "easy")
-    episodes = frames.record(random_policy(env), env, params, jax.random.PRNGKey(0), 2)
-    written = frames.write_frames("clevr", env, params, episodes, tmp_path, columns=4)
+def test_grid_is_written(babyai, tmp_path):
+    env, params, _, _, episodes = babyai
+    written = frames.write_frames("babyai", env, params, episodes, tmp_path, columns=4)
     assert written == [tmp_path / "frames.png"]
     image = plt.imread(written[0])
     columns = max(len(frames.frame_steps(int(length), 4)) for length in episodes.lengths)  # 1.9 x 2.2 in per panel
-    assert image.shape[:2] == (int(2.2 * 2 * 80), int(1.9 * columns * 80)) and image.std() > 0.05
+    assert image.shape[:2] == (int(2.2 * 6 * 80), int(1.9 * columns * 80)) and image.std() > 0.05
     with pytest.raises(ValueError, match="no frames for environment 'gridworld'; environments with frames: "
                                          "babyai, cheetah, clevr, libero, metaworld"):
         frames.write_frames("gridworld", env, params, episodes, tmp_path)
@@ -130,11 +135,15 @@ CHEETAH = textwrap.dedent("""
     import jax, numpy as np
     from imaginejax import envs, frames
     env, params = envs.make("cheetah", "easy")
-    zero = lambda obs, key: jax.numpy.zeros((obs.shape[0], env.action_dim))
-    episodes = frames.record(zero, env, params, jax.random.PRNGKey(0), 1)
+    _, first = env.reset_to_task_batch(jax.random.split(jax.random.PRNGKey(0), 1), params, np.array([0]))
+    step = jax.jit(lambda s: env.step_batch(jax.random.split(jax.random.PRNGKey(1), 1), s, np.zeros((1, 6)), params)[1])
+    later = first
+    for _ in range(10):
+        later = step(later)
     scene = frames.cheetah_scene(env, params, 0)
+    row = lambda state: jax.tree.map(lambda leaf: np.asarray(leaf)[0], state)
     try:
-        images = frames.render(scene, [episodes.state(0, 0), episodes.state(int(episodes.lengths[0]), 0)], (48, 64))
+        images = frames.render(scene, [row(first), row(later)], (48, 64))
     except frames.RenderingUnavailable as error:
         print(json.dumps({"unavailable": str(error)}))
         sys.exit(0)
@@ -161,3 +170,40 @@ def test_cheetah_frames_render_through_mujoco(tmp_path):
         pytest.skip(out["unavailable"])
     assert out["shape"] == [2, 48, 64, 3] and out["std"] > 5 and out["gif_frames"] == 2
     assert out["change"] > 1  # the zero-action cheetah settles under gravity from its noisy reset pose
+
+
+SCENES = textwrap.dedent("""
+    import json, sys
+    import jax, numpy as np
+    from imaginejax import envs, frames
+    out = {}
+    for name in ("metaworld", "libero"):
+        env, params = envs.make(name, "train")
+        tasks = np.array([0, 5])  # Meta-World: reach, then door-open (a scene with a large fixture)
+        _, states = env.reset_to_task_batch(jax.random.split(jax.random.PRNGKey(0), 2), params, tasks)
+        try:
+            images = [frames.render(frames.SCENES[name](env, params, int(k)),
+                                    [jax.tree.map(lambda leaf: np.asarray(leaf)[row], states)], (60, 80))[0]
+                      for row, k in enumerate(tasks)]
+        except frames.RenderingUnavailable as error:
+            print(json.dumps({"unavailable": str(error)}))
+            sys.exit(0)
+        out[name] = {"std": float(images[0].std()),
+                     "change": float(np.abs(images[0].astype(float) - images[1]).mean())}
+    print(json.dumps(out))
+""")
+
+
+def test_metaworld_and_libero_scenes_render_their_reset_states():
+    """Each task's scene with its reset state (Meta-World: another scene per task; LIBERO: one scene,
+    other objects placed), rendered in a fresh interpreter with MUJOCO_GL=egl."""
+    env = {**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")}
+    done = subprocess.run([sys.executable, "-c", SCENES], capture_output=True, text=True, env=env, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    import json
+
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    if "unavailable" in out:
+        pytest.skip(out["unavailable"])
+    for name in ("metaworld", "libero"):
+        assert out[name]["std"] > 5 and out[name]["change"] > 0.5, (name, out[name])
