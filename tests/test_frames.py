@@ -161,7 +161,7 @@ def test_cheetah_frames_render_through_mujoco(tmp_path):
     with the renderer's own message."""
     env = {**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")}
     done = subprocess.run([sys.executable, "-c", CHEETAH, str(tmp_path)], capture_output=True, text=True, env=env,
-                          timeout=600)
+                          cwd=tmp_path, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     import json
 
@@ -194,11 +194,12 @@ SCENES = textwrap.dedent("""
 """)
 
 
-def test_metaworld_and_libero_scenes_render_their_reset_states():
+def test_metaworld_and_libero_scenes_render_their_reset_states(tmp_path):
     """Each task's scene with its reset state (Meta-World: another scene per task; LIBERO: one scene,
     other objects placed), rendered in a fresh interpreter with MUJOCO_GL=egl."""
     env = {**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")}
-    done = subprocess.run([sys.executable, "-c", SCENES], capture_output=True, text=True, env=env, timeout=900)
+    done = subprocess.run([sys.executable, "-c", SCENES], capture_output=True, text=True, env=env, cwd=tmp_path,
+                          timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     import json
 
