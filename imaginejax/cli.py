@@ -322,7 +322,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         env, params = policy.environment(args.level)
         episodes = record(policy.policy_fn(), env, params, jax.random.PRNGKey(args.seed), args.frame_episodes)
         try:
-            written = write_frames(env_name, env, params, episodes, args.frames)
+            written = write_frames(env, params, episodes, args.frames)
         except RenderingUnavailable as error:
             _log(f"--frames skipped: {error}")
             return 1

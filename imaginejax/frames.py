@@ -1,7 +1,7 @@
 """Pictures of a policy's episodes, drawn from the environment's own states.
 
     episodes = record(policy.policy_fn(), env, params, jax.random.PRNGKey(0), 4)   # every state kept
-    paths = write_frames("clevr", env, params, episodes, "out/")                    # out/frames.png
+    paths = write_frames(env, params, episodes, "out/")                             # out/frames.png
 
 ``frames.png`` is a grid: one row per episode (its instruction and outcome above it), columns spread
 evenly over the episode from the reset state to its last step. CLEVR-Robot and BabyAI are drawn with
@@ -300,12 +300,12 @@ def write_gif(path: Path, frames: np.ndarray, seconds_per_frame: float) -> Path:
 # ---------------------------------------------------------------------------------------------------
 # The grid
 # ---------------------------------------------------------------------------------------------------
-def write_frames(env_name: str, env: Any, params: Any, episodes: Episodes, out: str | os.PathLike[str],
-                 columns: int = COLUMNS, video: bool = True) -> list[Path]:
+def write_frames(env: Any, params: Any, episodes: Episodes, out: str | os.PathLike[str], columns: int = COLUMNS,
+                 video: bool = True) -> list[Path]:
     """``out/frames.png`` (the grid) and, for the MuJoCo environments when ``video``, ``out/episode-<i>.gif``.
 
     Raises:
-      ValueError: no drawing for ``env_name``.
+      ValueError: no drawing for the environment (``env.name``).
       RenderingUnavailable: a MuJoCo environment, and no OpenGL context.
     """
     import matplotlib
@@ -313,7 +313,7 @@ def write_frames(env_name: str, env: Any, params: Any, episodes: Episodes, out: 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    drawn = {"clevr", "babyai"}
+    env_name, drawn = env.name, {"clevr", "babyai"}
     if env_name not in drawn | set(SCENES):
         raise ValueError(f"no frames for environment {env_name!r}; environments with frames: "
                          f"{', '.join(sorted(drawn | set(SCENES)))}")
