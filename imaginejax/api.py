@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from imaginejax import algos as algo_registry
+from imaginejax import distributed
 from imaginejax.config import Config, ConfigError, apply_override, from_dict, read_preset, validate
 from imaginejax.data import TrajectoryDataset, save_dataset
 from imaginejax.results import Results
@@ -44,14 +45,16 @@ def _hp_section(hp: Mapping[str, Any], names: Sequence[str]) -> dict[str, dict[s
 
 
 def _paths(datasets: DataArg | Sequence[DataArg] | None, kind: str, folder: Path) -> list[Path]:
-    """Dataset directories: paths as given, datasets in memory saved under ``folder`` first."""
+    """Dataset directories: paths as given, datasets in memory saved under ``folder`` first (by the
+    writer process; the others name the same directories)."""
     if datasets is None:
         return []
     items = [datasets] if isinstance(datasets, (str, os.PathLike, TrajectoryDataset)) else list(datasets)
     out = []
     for i, item in enumerate(items):
         if isinstance(item, TrajectoryDataset):
-            out.append(save_dataset(item, folder / f"{kind}-{i}", overwrite=True))
+            path = folder / f"{kind}-{i}"
+            out.append(save_dataset(item, path, overwrite=True) if distributed.is_writer() else path)
         elif isinstance(item, (str, os.PathLike)):
             if not (Path(item) / "manifest.json").is_file():
                 raise ConfigError(f"{kind}: {item} is not a dataset directory (no manifest.json): pass directories "
@@ -125,7 +128,8 @@ def fit(algo: str | Sequence[str] = "bc", env: str = "clevr",
       eval_episodes: episodes per level per evaluation (rounded up to whole rounds of the level's tasks).
       preset: a preset of ``experiments/presets`` under the arguments (network widths, per-algorithm hp).
       overrides: ``"key=value"`` strings on top, as ``--set`` of the command line.
-      out: the workspace (kept, resumable); None: a temporary one.
+      out: the workspace (kept, resumable); None: a temporary one. Under several processes
+        (:mod:`imaginejax.distributed`) every process trains; ``out`` is then required, on storage all see.
       log: message sink (default: stderr).
 
     Returns:
@@ -134,15 +138,20 @@ def fit(algo: str | Sequence[str] = "bc", env: str = "clevr",
     Raises:
       ConfigError: an argument is invalid (named with the fix).
     """
+    import jax
+
     from imaginejax import bench
 
+    if out is None and jax.process_count() > 1:
+        raise ConfigError(f"fit() in a job of {jax.process_count()} processes needs out=: a workspace on storage "
+                          "every process sees (each process's temporary directory would be its own)")
     config = configure(algo, env, imaginary=imaginary is not None, seeds=seeds, ratios=ratios, hp=hp,
                        updates=updates, intervals=intervals, batch_size=batch_size, eval_levels=eval_levels,
                        eval_episodes=eval_episodes, preset=preset, overrides=overrides)
     with tempfile.TemporaryDirectory(prefix="imaginejax-fit-") as scratch:
         workspace = Path(out) if out is not None else Path(scratch)
-        real_paths = _paths(real, "real", workspace / "data")
-        imaginary_paths = _paths(imaginary, "imaginary", workspace / "data")
+        real_paths = distributed.writer_first(lambda: _paths(real, "real", workspace / "data"))
+        imaginary_paths = distributed.writer_first(lambda: _paths(imaginary, "imaginary", workspace / "data"))
         outcome = bench.train(config, workspace, real_paths=real_paths, imaginary_paths=imaginary_paths,
                               log=log or bench.log_stderr)
     return outcome.results
