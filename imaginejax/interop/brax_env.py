@@ -58,9 +58,10 @@ class BraxEnv(Env):
         """One step of the environment: action (A,) in [action_low, action_high]."""
         rng, key = jax.random.split(state.info["rng"])
         obs, env_state, reward, done, info = self.env.step(key, state.pipeline_state, action, self.params)
+        # Wrappers keep their own entries in metrics and info (brax's EvalWrapper adds metrics["reward"]).
+        metrics = {**state.metrics, "success": info["success"].astype(jnp.float32)}
         return state.replace(pipeline_state=env_state, obs=obs, reward=reward.astype(jnp.float32),
-                             done=done.astype(jnp.float32), metrics={"success": info["success"].astype(jnp.float32)},
-                             info={**state.info, "rng": rng})
+                             done=done.astype(jnp.float32), metrics=metrics, info={**state.info, "rng": rng})
 
     @property
     def observation_size(self) -> int:
