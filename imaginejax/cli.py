@@ -225,37 +225,30 @@ def _imagine(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from imaginejax import bench
+    from imaginejax import bench, distributed
 
     extra = ["train.algos=[" + ", ".join(json.dumps(a) for a in args.algo) + "]"] if args.algo else []
     config = _config(args, extra)
     out = args.out or _default_out("train", config.name)
     outcome = bench.train(config, out, real_paths=args.real, imaginary_paths=args.imaginary, log=_log)
     text = bench.report(outcome.results, outcome.workspace, config, figures=False, log=_log)
-    if _writer():
+    if distributed.is_writer():
         print(text)
         print(f"\nworkspace: {outcome.workspace} (imaginejax report {outcome.workspace} for figures)")
     return 0
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from imaginejax import bench
+    from imaginejax import bench, distributed
 
     extra = [f"data.env={args.env}"] if args.env else []
     config = _config(args, extra)
     out = args.out or _default_out("bench", config.name)
-    text = bench.bench(config, out, log=_log if _writer() else lambda message: None)
-    if _writer():
+    text = bench.bench(config, out, log=_log if distributed.is_writer() else lambda message: None)
+    if distributed.is_writer():
         print(text)
         print(f"\nworkspace: {out} (results.md, figures/)")
     return 0
-
-
-def _writer() -> bool:
-    """True on the process that prints and writes (process 0 of a multi-process job)."""
-    import jax
-
-    return jax.process_index() == 0
 
 
 def _report(args: argparse.Namespace) -> int:
