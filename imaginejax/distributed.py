@@ -7,9 +7,10 @@ process gets the same results back. What this module adds to JAX's runtime:
 
 * :func:`initialize` joins the job from the environment (``JAX_COORDINATOR_ADDRESS``,
   ``JAX_NUM_PROCESSES``, ``JAX_PROCESS_ID``; or ``IMAGINEJAX_DISTRIBUTED=1`` for JAX's own SLURM /
-  Cloud TPU / MPI detection) with a heartbeat timeout: a process that dies or hangs makes every other
-  one stop after ``IMAGINEJAX_HEARTBEAT_SECONDS`` (JAX's coordination service terminates them, naming
-  the task that stopped answering) instead of waiting forever in a collective.
+  Cloud TPU / MPI detection) with a heartbeat timeout: a process that dies (killed, crashed, its host
+  lost) makes every other one stop after ``IMAGINEJAX_HEARTBEAT_SECONDS`` (JAX's coordination service
+  terminates them, naming the task that stopped answering) instead of waiting forever in a collective.
+  Heartbeats come from a runtime thread, so a process that is alive but stuck is not detected.
 * :func:`check_same` compares digests of named inputs across processes before anything is compiled; a
   mismatch raises :class:`DistributedError` on every process, naming the inputs and processes that differ.
 * :func:`is_writer` (process 0) decides who writes logs, metrics, results and figures;
