@@ -77,6 +77,25 @@ def test_step_is_the_environments_step_until_an_episode_ends_then_a_fresh_one(na
     assert int(got_state.t) == 0 and not bool(got_state.done)
 
 
+def test_continuous_cheetah_under_vmap_is_the_batched_kernel() -> None:
+    """A continuous environment on MuJoCo C (a host callback, vmappable): gymnax's Box action space, and
+    the vmapped reset and step equal the environment's batched kernels on the same keys."""
+    env, params = as_gymnax("cheetah", "train", backend="mujoco")
+    ours, table = envs.make("cheetah", "train", backend="mujoco")
+    space = env.action_space(params)
+    assert isinstance(space, spaces.Box) and space.shape == (6,) and (space.low, space.high) == (-1.0, 1.0)
+    keys = jax.random.split(jax.random.PRNGKey(5), 2)
+    obs, state = jax.vmap(env.reset, (0, None))(keys, params)
+    want_obs, want_state = ours.reset_batch(keys, table)
+    np.testing.assert_array_equal(obs, want_obs)
+    action = jnp.full((2, 6), 0.3)
+    obs, state, reward, _, _, _ = jax.jit(jax.vmap(env.step, (0, 0, 0, None)))(keys, state, action, params)
+    step_keys = jax.vmap(lambda k: jax.random.split(k)[0])(keys)
+    want_obs, _, want_reward, _, _ = ours.step_batch(step_keys, want_state, action, table)
+    np.testing.assert_allclose(obs, want_obs, atol=1e-6)
+    np.testing.assert_allclose(reward, want_reward, atol=1e-6)
+
+
 def test_gymnax_wrappers_and_vmap_log_the_episodes_rewards() -> None:
     """LogWrapper's episode returns equal the rewards summed by hand between the episode ends."""
     env, params = as_gymnax("clevr", "train")
