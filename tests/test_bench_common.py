@@ -6,6 +6,7 @@ Hand-computed cases only; nothing here depends on how fast the machine is.
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
@@ -71,6 +72,7 @@ def test_load_guard_refuses_above_the_core_count_unless_allowed():
     assert common.check_load(True, cores=2, load=7.0) == 7.0
     assert not common.is_busy(1.0, 2.0, cores=2)
     assert common.is_busy(1.0, 2.1, cores=2) and common.is_busy(3.0, 0.5, cores=2)
+    assert 1 <= common.available_cores() <= (os.cpu_count() or 1)
     assert common.load_note(0.5, 1.5, cores=2) == "load average 0.5 before / 1.5 after on 2 cores"
     assert "**busy**" in common.load_note(0.5, 4.0, cores=2)
 

@@ -109,6 +109,11 @@ def best_seconds(run: Callable[[], object], repeats: int) -> float:
 # ------------------------------------------------------------------------------------------ load
 
 
+def available_cores() -> int:
+    """Cores this process may run on (its CPU affinity where the platform has one, else all)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def add_load_arguments(parser: argparse.ArgumentParser) -> None:
     """``--allow-busy``: run even at a load average above the core count, the table then marked busy."""
     parser.add_argument("--allow-busy", action="store_true",
@@ -119,7 +124,7 @@ def check_load(allow_busy: bool, cores: int | None = None, load: float | None = 
     """The 1-minute load average now; exits when it exceeds ``cores`` (default: this machine's) unless
     ``allow_busy``: above it, other processes take CPU time from every contender and the ratios mean
     little."""
-    cores = cores or os.cpu_count() or 1
+    cores = cores or available_cores()
     load = os.getloadavg()[0] if load is None else load
     if load > cores and not allow_busy:
         raise SystemExit(f"load average {load:.1f} exceeds the {cores} cores: the timings would measure other "
@@ -130,12 +135,12 @@ def check_load(allow_busy: bool, cores: int | None = None, load: float | None = 
 
 def is_busy(load_before: float, load_after: float, cores: int | None = None) -> bool:
     """Whether the load average exceeded the core count before or after the run."""
-    return max(load_before, load_after) > (cores or os.cpu_count() or 1)
+    return max(load_before, load_after) > (cores or available_cores())
 
 
 def load_note(load_before: float, load_after: float | None = None, cores: int | None = None) -> str:
     """"load average B before / A after on C cores", followed by a **busy** flag when either exceeds C."""
-    cores = cores or os.cpu_count() or 1
+    cores = cores or available_cores()
     after = os.getloadavg()[0] if load_after is None else load_after
     note = f"load average {load_before:.1f} before / {after:.1f} after on {cores} cores"
     if is_busy(load_before, after, cores):
