@@ -26,19 +26,6 @@ measurement runs at most ``--steps`` steps (and is skipped past ``--budget`` s o
 bounds the rows MJX simulates together (:class:`~imaginejax.envs.metaworld.mjx_backend.MjxPhysics`). Run
 under ``timeout``: MJX on a CPU compiles for minutes and steps slowly (ARCHITECTURE.md, "Measured").
 
-Measured (2026-11-22, 2 shared CPU cores at load average 11–19, jax 0.12.0.1, mujoco-mjx 3.17; not a quiet
-machine, so compile times are inflated several-fold): ``speed --tasks reach button-press window-open
---batches 1 256 --steps 2``:
-
-    task          pairs  ncon  MJX compile (b=1)  MJX steps/s b=1  MuJoCo C steps/s b=1 / b=256
-    reach            39   156        258 s              0.90            2,844 / 9,019
-    button-press     76   304        342 s              0.82              148 / 4,667
-    window-open     260   944        972 s              0.15              919 / 2,025
-
-(that run timed MuJoCo C over 2 steps only, before the 20-step minimum: its C numbers are noisy.)
-MJX at batch 256 (reach, ``--batches 256 --steps 1``) compiled in 408 s and was then killed by the kernel's
-OOM killer at 6.9 GB resident (the machine had ~6 GB free); batch 1024 was not attempted.
-
 ``parity`` — per task, MJX against MuJoCo C on the same MJX-friendly model: the reset in MJX
 (:meth:`MjxPhysics.reset`) against MuJoCo C's (``reset64``) from the same reset vector, then the scripted expert
 closed loop on MJX for ``--horizon`` steps and its actions replayed on MuJoCo C from the MJX reset state.
@@ -46,14 +33,8 @@ Reported: the largest hand / object position difference (m) after the reset, at 
 the largest arm-joint difference after the reset (rad), MJX compile time, and whether the expert's episode
 succeeded on each backend within the horizon. One compiled kernel per task serves its reset and its steps.
 
-Measured (2026-11-22, load 1–2, ``parity --horizon 20``; table in the README): on all 22 tasks the reset within
-1.6e-3 m (hand, constants; ≤ 3.1e-4 m except door-close) and 1.5e-2 rad (arm joints: the null space of the hand's
-mocap weld), then over 20 expert steps hand ≤ 1.8e-3 m and objects ≤ 5.4e-3 m (hammer, door-close; ≤ 1.4e-4 m
-elsewhere); compile + reset 60–165 s per task. ``--dtype float64`` on door-close and hammer (2026-11-25) gives
-the same differences, so they are the backends' contact handling, not float32: the hammer starts 1.0–2.8 cm
-inside the table (Meta-World's reset pose) and door-close's door 1 mm into the lock's box.
-
 All modes write markdown and JSON to ``results/benchmarks/metaworld_mjx_{effect,speed}.{md,json}`` (or ``--out``).
+Measurements: ``docs/metaworld_mjx.md``.
 Wall-clock numbers: run on a quiet machine.
 """
 
