@@ -340,3 +340,7 @@ def test_large_batches_are_pushed_in_chunks(monkeypatch: pytest.MonkeyPatch) -> 
     np.testing.assert_allclose(chunked, whole, atol=1e-6)
     np.testing.assert_allclose(outer, whole[:10], atol=1e-6)
     assert np.abs(whole - np.asarray(balls)).max() > 0.1
+    # Only a CPU chunks: an accelerator runs the whole batch at once.
+    assert P.push_chunk("cpu") == 4 and P.push_chunk("gpu") is None and P.push_chunk("tpu") is None
+    monkeypatch.setattr(P, "push_chunk", lambda backend=None: None)
+    np.testing.assert_allclose(np.asarray(jax.jit(P.push)(balls, ball, direction)), whole, atol=1e-6)

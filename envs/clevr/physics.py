@@ -51,9 +51,11 @@ written for one environment and ``vmap``-ped (``experiments/benchmarks/clevr_env
 both). On a SIMD batch the slowest environment sets the number of sweeps, so once few environments are
 unfinished they are gathered into a small chunk and finished there (see :func:`_solve_contacts`);
 environments never depend on each other, so a push gives the same result alone or in any batch.
-Batches larger than ``PUSH_CHUNK`` (2048) are pushed in equal chunks one after another
+On a CPU, batches larger than ``PUSH_CHUNK`` (2048) are pushed in equal chunks one after another
 (``lax.map``): the per-substep intermediates of a 40,960 batch (15 rows x 7 fields x 4 bytes x N)
 far exceed the 2 MiB L2 cache, which made throughput fall with the batch (measured 2x at 40,960).
+An accelerator pushes the whole batch at once (:func:`push_chunk`): there, chunks run one after another
+would each pay the solver loops' per-iteration cost again.
 All functions work under ``jax.jit`` and an outer ``jax.vmap``; the dtype (float32 or float64)
 follows the input positions.
 :mod:`envs.clevr.mujoco_ref` steps the same MJCF with MuJoCo C, and ``tests/test_clevr_physics.py``
@@ -114,8 +116,8 @@ LAYOUT_ATTEMPTS = 4
 SOLVER_RTOL_EPS = 64.0
 MAX_SWEEPS = 200
 COMPACT_FRACTION = 16
-# Batches larger than PUSH_CHUNK are pushed in chunks of this many environments (lax.map), so the
-# per-substep intermediates stay in the L2 cache.
+# On a CPU, batches larger than PUSH_CHUNK are pushed in chunks of this many environments (lax.map),
+# so the per-substep intermediates stay in the L2 cache (push_chunk).
 PUSH_CHUNK = 2048
 
 # MuJoCo constants used by the soft-constraint model (engine headers).
@@ -438,6 +440,12 @@ def _push_flat(balls_x: jax.Array, balls_y: jax.Array, ball: jax.Array, directio
     return state.x[:N_BALLS], state.y[:N_BALLS], counts
 
 
+def push_chunk(backend: str | None = None) -> int | None:
+    """Environments per sequential chunk of a large push on ``backend`` (default: JAX's): ``PUSH_CHUNK``
+    on a CPU, None (the whole batch at once) on an accelerator."""
+    return PUSH_CHUNK if (backend or jax.default_backend()) == "cpu" else None
+
+
 def push_batch_last(balls: jax.Array, ball: jax.Array, direction: jax.Array) -> jax.Array:
     """One environment step with the batch as the trailing axes (the kernel's native layout).
 
@@ -465,12 +473,13 @@ def push_batch_last_with_stats(balls: jax.Array, ball: jax.Array, direction: jax
     ball = jnp.asarray(ball).reshape(-1)
     direction = jnp.asarray(direction).reshape(-1)
     n = flat.shape[-1]
-    if n <= PUSH_CHUNK:
+    chunk = push_chunk()
+    if chunk is None or n <= chunk:
         new_x, new_y, counts = _push_flat(flat[:, 0], flat[:, 1], ball, direction)
     else:
         # Large batches: cache-sized chunks, one after another (environments are independent).
-        # Equal chunks of at most PUSH_CHUNK; the last is padded with copies of environment 0.
-        n_chunks = -(-n // PUSH_CHUNK)
+        # Equal chunks of at most `chunk`; the last is padded with copies of environment 0.
+        n_chunks = -(-n // chunk)
         size = -(-n // n_chunks)
         pad = n_chunks * size - n
 
