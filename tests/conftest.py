@@ -84,10 +84,10 @@ SLOW = {
     # End-to-end commands.
     "test_imagine.py::test_study_cli_runs_on_babyai": "end-to-end study",
     "test_llama_smollm2.py::test_tokenizer_matches_transformers": "whole-vocabulary tokenizer parity",
-    # PPO through gymnax on CLEVR: until it beats the random policy (60 updates of 4096 steps, 3-5 min).
+    # PPO through gymnax on CLEVR: until it beats the random policy (60 updates of 4096 steps, 6 min).
     "test_gymnax_env.py::test_ppo_learns_clevr_train_level_above_the_random_policy": "learning run",
     "test_gymnax_env.py::test_ppo_loop_through_gymnax_runs_and_updates[clevr]": "PPO compile; the learning run covers CLEVR",
-    # Meta-World / LIBERO on MJX through brax's wrappers: MJX compiles these scenes for minutes on a CPU.
+    # Meta-World / LIBERO on MJX through brax's wrappers: MJX compiles these scenes for minutes (10 / 2 min).
     "test_brax_env.py::test_robot_arms_step_through_brax_wrap": "MJX robot arm",
 }
 
