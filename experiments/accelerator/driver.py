@@ -59,7 +59,7 @@ class Sizes:
     repeats: int = 3
     dataset_size: int = 50_000
     compile_threads: int = 8
-    train_timing_reserve: float = 60.0
+    train_timing_reserve: float = 50.0
     d3rlpy: bool = True
     d3rlpy_device: str = "cuda:0"
     d3rlpy_procs: int = 8
@@ -320,6 +320,8 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=450.0, help="wall seconds for all stages together")
     parser.add_argument("--dry-run", action="store_true", help="tiny sizes, any backend (a CPU test)")
     parser.add_argument("--no-d3rlpy", action="store_true")
+    parser.add_argument("--algos", nargs="*", default=None, help="algorithms of the train stage (default: all)")
+    parser.add_argument("--runs", nargs="*", type=int, default=None, help="run counts R of the train stage")
     parser.add_argument("--jax-envs", nargs="*", default=None, help="plain-JAX envs of the envs stage")
     parser.add_argument("--mjx-cases", nargs="*", default=None, metavar="ENV[:TASK]",
                         help="MJX cases of the envs stage, e.g. cheetah libero metaworld:reach")
@@ -330,6 +332,10 @@ def main() -> None:
     sizes = DRY if args.dry_run else GPU
     if args.no_d3rlpy:
         sizes = dataclasses.replace(sizes, d3rlpy=False)
+    if args.algos is not None:
+        sizes = dataclasses.replace(sizes, algos=tuple(args.algos))
+    if args.runs is not None:
+        sizes = dataclasses.replace(sizes, runs=tuple(args.runs))
     if args.jax_envs is not None:
         sizes = dataclasses.replace(sizes, jax_envs=tuple(args.jax_envs))
     if args.mjx_cases is not None:
