@@ -198,8 +198,6 @@ def _collect(args: argparse.Namespace) -> int:
         raise ConfigError(f"--level: unknown level {args.level!r} of {args.env}; valid: {', '.join(ENV_LEVELS[args.env])}")
     if args.episodes < 1:
         raise ConfigError(f"--episodes must be >= 1, got {args.episodes}")
-    if args.frame_episodes < 1:
-        raise ConfigError(f"--frame-episodes must be >= 1, got {args.frame_episodes}")
     if not 0.0 <= args.epsilon <= 1.0:
         raise ConfigError(f"--epsilon must be in [0, 1], got {args.epsilon}")
     ds = expert_dataset(args.env, args.level, args.episodes, args.seed, args.epsilon, args.out,
