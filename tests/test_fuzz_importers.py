@@ -163,6 +163,13 @@ CHILD = textwrap.dedent("""
     allowed = [folder, Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(), Path(sys.argv[2]).resolve(),
                Path("/proc"), Path("/sys"), Path("/dev")]
     tempfile.gettempdir()  # probes the temporary directory once, before the hook
+    # Libraries the readers import lazily, imported before the hook: the hook watches what reading a file
+    # opens, not their import-time reads (pandas, which pyarrow loads when present, opens the system's
+    # time-zone database).
+    import importlib.util
+    import pyarrow.parquet
+    if importlib.util.find_spec("pandas") is not None:
+        import pandas
     strays = []
 
     def audit(event, args):
