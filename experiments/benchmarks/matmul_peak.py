@@ -125,13 +125,16 @@ def xla_flops(compiled: Any) -> float:
     return float("nan") if value is None else float(value)
 
 
-def matmul_peak(size: int = 2048, repeats: int = 7, key: jax.Array | None = None) -> float:
-    """Best float32 FLOP/s of a jitted (size × size) @ (size × size) product on the default device.
+def matmul_peak(size: int = 2048, repeats: int = 7, key: jax.Array | None = None,
+                dtype: Any = jnp.float32) -> float:
+    """Best FLOP/s of a jitted (size × size) @ (size × size) product in ``dtype`` on the default device
+    (XLA's default precision).
 
     Args:
       size: n, the matrix side; 2n³ FLOPs per product.
       repeats: timed calls after one warm-up call (compilation excluded); the fastest counts.
       key: PRNG key for the operands (default ``PRNGKey(0)``).
+      dtype: of the operands (default float32).
 
     Returns:
       FLOP/s.
@@ -139,7 +142,7 @@ def matmul_peak(size: int = 2048, repeats: int = 7, key: jax.Array | None = None
     if size < 1 or repeats < 1:
         raise ValueError(f"size and repeats must be >= 1, got size={size}, repeats={repeats}")
     key = jax.random.PRNGKey(0) if key is None else key
-    a, b = jax.random.normal(key, (2, size, size), jnp.float32)
+    a, b = jax.random.normal(key, (2, size, size), dtype)
     dot = jax.jit(jnp.dot).lower(a, b).compile()
     dot(a, b).block_until_ready()
     return 2.0 * size**3 / best_seconds(lambda: dot(a, b).block_until_ready(), repeats)
