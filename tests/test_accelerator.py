@@ -70,6 +70,7 @@ def test_exported_tokenizer_and_architecture_match_the_gguf(tmp_path: Path) -> N
     from imaginejax.imaginer import finetune
     from imaginejax.imaginer.loading import load_gguf_config, load_gguf_tokenizer, smollm2_gguf_path
     import imaginer_stage
+    import imaginer_finetune  # on sys.path once imaginer_stage is imported
 
     path = tmp_path / "tokenizer.json"
     path.write_text(load_gguf_tokenizer(smollm2_gguf_path()).to_str(), encoding="utf-8")
@@ -88,8 +89,8 @@ def test_exported_tokenizer_and_architecture_match_the_gguf(tmp_path: Path) -> N
             finetune._smollm2_tokenizer.cache_clear()
 
         config = tmp_path / "architecture.json"
-        imaginer_stage.export_architecture(config)
-        patch.setenv(imaginer_stage.ARCHITECTURE_ENV, str(config))
+        imaginer_finetune.export_smollm2_config(config)
+        patch.setenv(imaginer_finetune.SMOLLM2_ARCHITECTURE_ENV, str(config))
         assert imaginer_stage.full_config("smollm2-135m") == load_gguf_config(smollm2_gguf_path())
 
 

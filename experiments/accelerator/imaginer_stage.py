@@ -15,8 +15,6 @@ precision ("highest", no TF32). Generation alternates ours and PyTorch call by c
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import json
 import os
 import sys
 from pathlib import Path
@@ -32,32 +30,16 @@ import imaginer_finetune as ift  # noqa: E402
 from _common import Spread, Worker, alternate, timed  # noqa: E402
 from budget import Budget  # noqa: E402
 
-ARCHITECTURE_ENV = "IMAGINEJAX_SMOLLM2_ARCHITECTURE"
-VOCABULARY_FIELDS = ("vocab_size", "bos_token_id", "eos_token_ids", "pad_token_id")
 SMOLLM2_VOCABULARY = 49152
 
 
 def full_config(model: str) -> Any:
-    """The :class:`LlamaConfig` of ``tiny`` (SmolLM2's vocabulary) or of SmolLM2-135M; the latter from the
-    JSON that ``$IMAGINEJAX_SMOLLM2_ARCHITECTURE`` names (written by prepare.py) when set, else its GGUF."""
+    """The :class:`LlamaConfig` of ``tiny`` (with SmolLM2's vocabulary) or of SmolLM2-135M
+    (``imaginer_finetune.smollm2_config``: without its GGUF where ``$IMAGINEJAX_SMOLLM2_ARCHITECTURE`` is set)."""
     from imaginejax.imaginer.finetune import TINY_ARCHITECTURE
     from imaginejax.imaginer.llama import LlamaConfig
-    from imaginejax.imaginer.loading import load_gguf_config, smollm2_gguf_path
 
-    if model == "tiny":
-        return LlamaConfig(**TINY_ARCHITECTURE, vocab_size=SMOLLM2_VOCABULARY)
-    path = os.environ.get(ARCHITECTURE_ENV)
-    if path:
-        fields = json.loads(Path(path).read_text(encoding="utf-8"))
-        fields["eos_token_ids"] = tuple(fields["eos_token_ids"])
-        return LlamaConfig(**fields)
-    return load_gguf_config(smollm2_gguf_path())
-
-
-def architecture(model: str) -> dict[str, Any]:
-    """LlamaConfig fields without the vocabulary (what ``imaginer_finetune.run_ours`` builds on)."""
-    config = full_config(model)
-    return {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.name not in VOCABULARY_FIELDS}
+    return LlamaConfig(**TINY_ARCHITECTURE, vocab_size=SMOLLM2_VOCABULARY) if model == "tiny" else ift.smollm2_config()
 
 
 def finetune_rows(sizes: Any, budget: Budget, log: Callable[[str], None]) -> list[dict[str, Any]]:
@@ -66,7 +48,6 @@ def finetune_rows(sizes: Any, budget: Budget, log: Callable[[str], None]) -> lis
     env = dict(os.environ, IMAGINEJAX_TORCH_DEVICE=sizes.torch_device)
     workers = {0: Worker([sys.executable, ift.__file__, "--torch-worker"], env)}
     args = argparse.Namespace(batch=sizes.ft_batch, length=sizes.ft_length, steps=sizes.repeats)
-    ift._architecture, original = architecture, ift._architecture  # SmolLM2's shape without its GGUF
     rows = []
     try:
         for model in sizes.imaginer_models:
@@ -80,7 +61,6 @@ def finetune_rows(sizes: Any, budget: Budget, log: Callable[[str], None]) -> lis
                 log(f"  fine-tune {model} {mode}: ours {row['ours_lm_tokens_per_s']:,.0f} tokens/s, "
                     f"PyTorch {row['torch_lm_tokens_per_s'] or 0:,.0f}")
     finally:
-        ift._architecture = original
         for worker in workers.values():
             worker.close()
     return rows
@@ -143,10 +123,3 @@ def generation_rows(sizes: Any, budget: Budget, log: Callable[[str], None]) -> l
 def run(sizes: Any, budget: Budget, log: Callable[[str], None]) -> dict[str, Any]:
     return {"finetune": finetune_rows(sizes, budget, log), "generation": generation_rows(sizes, budget, log),
             "precision": "float32 on both sides: ours Precision.HIGHEST, PyTorch's default (no TF32)"}
-
-
-def export_architecture(path: Path) -> None:
-    """SmolLM2-135M's LlamaConfig (read from its GGUF) as JSON, for machines without the GGUF (prepare.py)."""
-    config = full_config("smollm2-135m")
-    path.write_text(json.dumps({f.name: getattr(config, f.name) for f in dataclasses.fields(config)}),
-                    encoding="utf-8")

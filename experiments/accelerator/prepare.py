@@ -114,10 +114,10 @@ def main() -> None:
     print(f"embedding {len(texts):,} instructions of {', '.join(args.envs)} ...", flush=True)
     export_embedding_table(out / "embeddings.npz", texts)
     export_tokenizer(out / "smollm2-tokenizer.json")
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from imaginer_stage import export_architecture
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from imaginer_finetune import export_smollm2_config
 
-    export_architecture(out / "smollm2-architecture.json")
+    export_smollm2_config(out / "smollm2-architecture.json")
     files = sorted(path for path in out.rglob("*") if path.is_file() and path.name != "manifest.json"
                    and "extra" not in path.relative_to(out).parts)
     carried = sum(path.stat().st_size for path in files)

@@ -59,14 +59,37 @@ def _first_call_seconds(step: Callable[[], Any]) -> float:
 # ------------------------------------------------------------------------------------------- ours
 
 
+SMOLLM2_ARCHITECTURE_ENV = "IMAGINEJAX_SMOLLM2_ARCHITECTURE"
+
+
+def smollm2_config() -> Any:
+    """SmolLM2-135M's :class:`LlamaConfig`: from the JSON that ``$IMAGINEJAX_SMOLLM2_ARCHITECTURE`` names
+    (:func:`export_smollm2_config` writes it, for machines without the GGUF) when set, else from its GGUF."""
+    from imaginejax.imaginer.llama import LlamaConfig
+    from imaginejax.imaginer.loading import load_gguf_config, smollm2_gguf_path
+
+    path = os.environ.get(SMOLLM2_ARCHITECTURE_ENV)
+    if not path:
+        return load_gguf_config(smollm2_gguf_path())
+    fields = json.loads(Path(path).read_text(encoding="utf-8"))
+    fields["eos_token_ids"] = tuple(fields["eos_token_ids"])
+    return LlamaConfig(**fields)
+
+
+def export_smollm2_config(path: Path) -> None:
+    """SmolLM2-135M's configuration, read from its GGUF, as the JSON :func:`smollm2_config` reads."""
+    config = smollm2_config()
+    path.write_text(json.dumps({f.name: getattr(config, f.name) for f in dataclasses.fields(config)}),
+                    encoding="utf-8")
+
+
 def _architecture(model: str) -> dict[str, Any]:
     """LlamaConfig fields (without the vocabulary) of the ``tiny`` preset or of SmolLM2-135M."""
     from imaginejax.imaginer.finetune import TINY_ARCHITECTURE
-    from imaginejax.imaginer.loading import load_gguf_config, smollm2_gguf_path
 
     if model == "tiny":
         return dict(TINY_ARCHITECTURE)
-    config = load_gguf_config(smollm2_gguf_path())
+    config = smollm2_config()
     fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
     for name in ("vocab_size", "bos_token_id", "eos_token_ids", "pad_token_id"):
         fields.pop(name)
