@@ -374,23 +374,28 @@ def _unpack_texts(text_bytes: np.ndarray, offsets: np.ndarray) -> list[str]:
     return [raw[int(start):int(end)].decode("utf-8") for start, end in zip(offsets[:-1], offsets[1:])]
 
 
+def _save_chunk(path: Path, text_bytes: np.ndarray, offsets: np.ndarray, embeddings: np.ndarray,
+                **extra: np.ndarray) -> Path:
+    """Writes one chunk file (packed texts, (n, E) float32 embeddings, the format version and ``extra``
+    arrays) at ``path`` through :func:`imaginejax.files.atomic_path`, so readers never see a partial file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path) as temp, open(temp, "wb") as handle:
+        np.savez(handle, text_bytes=text_bytes, text_offsets=offsets, embeddings=embeddings,
+                 format_version=np.int64(_CACHE_FORMAT_VERSION), **extra)
+    return path
+
+
 def write_cache_chunk(directory: Path, texts: Sequence[str], embeddings: np.ndarray) -> Path:
     """Atomically add one chunk file of (text, embedding) pairs to ``directory``; returns its path.
 
-    Written through :func:`imaginejax.files.atomic_path`, so readers never see a partial file.
     ``embeddings``: (n, E).
     """
     if embeddings.ndim != 2 or embeddings.shape[0] != len(texts):
         raise ValueError(f"embeddings must be (len(texts)={len(texts)}, E), got {embeddings.shape}")
-    directory.mkdir(parents=True, exist_ok=True)
     text_bytes, offsets = _pack_texts(texts)
     embeddings = np.ascontiguousarray(embeddings, np.float32)
     digest = hashlib.sha256(text_bytes.tobytes() + offsets.tobytes() + embeddings.tobytes())
-    final = directory / f"{digest.hexdigest()[:32]}.npz"
-    with atomic_path(final) as temp, open(temp, "wb") as handle:
-        np.savez(handle, text_bytes=text_bytes, text_offsets=offsets, embeddings=embeddings,
-                 format_version=np.int64(_CACHE_FORMAT_VERSION))
-    return final
+    return _save_chunk(directory / f"{digest.hexdigest()[:32]}.npz", text_bytes, offsets, embeddings)
 
 
 def read_cache_chunk(path: Path, dim: int) -> tuple[list[str], np.ndarray]:
@@ -716,16 +721,10 @@ def export_embedding_table(path: str | Path, texts: Sequence[str],
     encoder = encoder if encoder is not None else InstructionEncoder()
     unique = list(dict.fromkeys(validate_texts(texts)))
     vectors = encoder.encode(unique, normalize=False)
-    text_bytes, offsets = _pack_texts(unique)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(path) as temp, open(temp, "wb") as handle:
-        np.savez(handle, text_bytes=text_bytes, text_offsets=offsets, embeddings=vectors,
-                 format_version=np.int64(_CACHE_FORMAT_VERSION),
-                 model_id=np.frombuffer(encoder.model_id.encode(), np.uint8),
-                 fingerprint=np.frombuffer(encoder.fingerprint.encode(), np.uint8),
-                 normalize=np.bool_(encoder.normalize_default))
-    return path
+    return _save_chunk(Path(path), *_pack_texts(unique), vectors,
+                       model_id=np.frombuffer(encoder.model_id.encode(), np.uint8),
+                       fingerprint=np.frombuffer(encoder.fingerprint.encode(), np.uint8),
+                       normalize=np.bool_(encoder.normalize_default))
 
 
 class EmbeddingTable:
