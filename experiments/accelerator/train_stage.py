@@ -63,10 +63,11 @@ def run(sizes: Any, budget: Budget, peak: float, log: Callable[[str], None]) -> 
             for shapes in au.SHAPES}
     memory = device_memory()
     jobs, skipped = [], []
+    per_run_bytes: dict[tuple[str, str], int] = {}
     for name, shapes in pairs(names):
         setting = au.SETTINGS.get((name, shapes.discrete), au.DEFAULT_SETTING)
         try:
-            per_run = state_bytes(name, shapes, setting, data[shapes.name])
+            per_run = per_run_bytes[(name, shapes.name)] = state_bytes(name, shapes, setting, data[shapes.name])
         except Exception as error:  # noqa: BLE001 - an unsupported pair is reported, the others go on
             skipped.append({"algorithm": name, "action_space": shapes.name, "reason": f"{type(error).__name__}: {error}"})
             continue
@@ -76,7 +77,7 @@ def run(sizes: Any, budget: Budget, peak: float, log: Callable[[str], None]) -> 
                                 "reason": f"state {runs * per_run / 2**30:.1f} GiB at R={runs} (×4 for the "
                                           f"update's temporaries) exceeds half of {memory / 2**30:.0f} GiB"})
                 continue
-            jobs.append((name, shapes, setting, runs, per_run))
+            jobs.append((name, shapes, setting, runs))
 
     log(f"train: compiling {len(jobs)} programs on {sizes.compile_threads} threads")
     built: dict[tuple[str, str, int], au.JaxBench] = {}
@@ -84,7 +85,7 @@ def run(sizes: Any, budget: Budget, peak: float, log: Callable[[str], None]) -> 
     lock = threading.Lock()
 
     def build(job: tuple) -> None:
-        name, shapes, setting, runs, _ = job
+        name, shapes, setting, runs = job
         if budget.expired(reserve=sizes.train_timing_reserve):
             with lock:
                 skipped.append({"algorithm": name, "action_space": shapes.name, "runs": runs, "reason": "budget"})
@@ -131,10 +132,9 @@ def run(sizes: Any, budget: Budget, peak: float, log: Callable[[str], None]) -> 
                          "seconds": times[str(runs)], "compile_seconds": bench.compile_seconds,
                          "matmul_flops_per_update": flops["matmul"],
                          "percent_of_peak": 100.0 * flops["matmul"] * ups_median / peak,
-                         "state_mib_per_run": next(j[4] for j in jobs if j[0] == name and j[1] is shapes) / 2**20})
+                         "state_mib_per_run": per_run_bytes[(name, shapes.name)] / 2**20})
             log(f"  {name} {shapes.name} R={runs}: {ups_median:,.0f} seed-updates/s "
                 f"({rows[-1]['percent_of_peak']:.1f} % of peak), compile {bench.compile_seconds:.1f} s")
-        del mine
     keep = {key: bench for key, bench in built.items() if key[2] in (1, sizes.d3rlpy_procs)}
     built.clear()
 
