@@ -42,7 +42,7 @@ def test_lora_trains_adapters_and_leaves_the_backbone_bit_identical(tmp_path: Pa
     merged = result.imaginer.params["llama"]
     for layer in range(TEST_ARCHITECTURE["num_hidden_layers"]):
         name = f"layers_{layer}"
-        for target in lora_lib.LORA_TARGETS:
+        for target in lora_lib.ATTENTION_TARGETS:  # the default targets
             factors = result.state.trainable["lora"][name][target]
             assert np.abs(np.asarray(factors["b"])).max() > 0, (name, target)
             assert not np.array_equal(merged[name]["self_attn"][target]["kernel"],
@@ -73,6 +73,34 @@ def test_merge_lora_adds_the_scaled_low_rank_product() -> None:
         lora_lib.init_lora(jax.random.key(1), base, config, rank=0)
 
 
+def test_mlp_targets_merge_into_the_mlp_and_round_trip_through_a_run(tmp_path: Path) -> None:
+    config = LlamaConfig(vocab_size=16, hidden_size=8, intermediate_size=16, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1)
+    base = init_params(config, jax.random.key(0))
+    lora = lora_lib.init_lora(jax.random.key(1), base, config, rank=2, targets=lora_lib.LORA_TARGETS)
+    assert set(lora["layers_0"]) == set(lora_lib.LORA_TARGETS)
+    assert lora["layers_0"]["down_proj"]["a"].shape == (16, 2) and lora["layers_0"]["down_proj"]["b"].shape == (2, 8)
+    lora["layers_0"]["down_proj"]["b"] = jnp.ones((2, 8))
+    merged = lora_lib.merge_lora(base, lora, 0.5)
+    a = np.asarray(lora["layers_0"]["down_proj"]["a"])
+    want = np.asarray(base["layers_0"]["mlp"]["down_proj"]["kernel"]) + 0.5 * a @ np.ones((2, 8))
+    np.testing.assert_allclose(merged["layers_0"]["mlp"]["down_proj"]["kernel"], want, rtol=1e-6)
+    np.testing.assert_array_equal(merged["layers_0"]["mlp"]["up_proj"]["kernel"],
+                                  base["layers_0"]["mlp"]["up_proj"]["kernel"])  # its b is still zero
+    # A run with MLP targets trains them, records them, and loads back with the same parameters.
+    overrides = dict(LORA_OVERRIDES, lora_targets=["q_proj", "gate_proj", "down_proj"])
+    result = finetune("tiny", synthetic_dataset(), tmp_path / "mlp", **overrides)
+    adapters = result.state.trainable["lora"]["layers_0"]
+    assert set(adapters) == {"q_proj", "gate_proj", "down_proj"}
+    assert np.abs(np.asarray(adapters["gate_proj"]["b"])).max() > 0
+    loaded = load_imaginer(result.run_dir)
+    assert params_fingerprint(loaded.params) == params_fingerprint(result.imaginer.params)
+    with pytest.raises(ValueError, match="unknown lora_targets.*lm_head"):
+        get_preset("tiny", lora_targets=("q_proj", "lm_head"))
+    with pytest.raises(ValueError, match="unknown LoRA targets"):
+        lora_lib.init_lora(jax.random.key(1), base, config, rank=2, targets=("embed",))
+
+
 def test_gradient_accumulation_updates_every_k_micro_batches() -> None:
     preset = get_preset("tiny", grad_accum=2, learning_rate=0.1, warmup_steps=0, weight_decay=0.0)
     optimizer = make_optimizer(preset, num_steps=8)
@@ -89,7 +117,9 @@ def test_gradient_accumulation_updates_every_k_micro_batches() -> None:
 
 
 def test_presets() -> None:
-    assert set(PRESETS) == {"tiny", "smollm2-135m", "smollm2-lora", "llama2-7b"}
+    assert set(PRESETS) == {"tiny", "smollm2-135m", "smollm2-lora", "smollm2-lora-all", "llama2-7b"}
+    assert PRESETS["smollm2-lora"].lora_targets == lora_lib.ATTENTION_TARGETS
+    assert PRESETS["smollm2-lora-all"].lora_targets == lora_lib.LORA_TARGETS
     lora = PRESETS["smollm2-lora"]
     assert lora.source == "gguf" and lora.lora_rank == 16 and lora.state_prediction == "delta"
     tiny = PRESETS["tiny"]

@@ -10,7 +10,8 @@ wrapped in ``optax.MultiSteps`` for gradient accumulation (``grad_accum`` micro-
 Two modes:
 
 * **full fine-tuning** (KALM's choice): every backbone and adapter parameter is trained;
-* **LoRA** (``lora_rank > 0``): rank-r adapters on q/k/v/o (:mod:`~imaginejax.imaginer.lora`) and the
+* **LoRA** (``lora_rank > 0``): rank-r adapters on ``lora_targets`` (q/k/v/o by default, optionally
+  the MLP's gate/up/down; :mod:`~imaginejax.imaginer.lora`) and the
   KALM adapters are trained; the backbone (embeddings and LM head included) is frozen — it is passed
   to the step as an argument that is never differentiated or updated, so it stays bit-identical.
 
@@ -135,7 +136,8 @@ class Preset:
       tokenizer: ``"smollm2"`` (the GGUF's tokenizer) or ``"model"`` (the checkpoint's own).
       start_token, end_token: text-format tokens by name; ``start_id``/``end_id`` override them.
       dtype: parameter dtype of the backbone (``"float32"`` or ``"bfloat16"``).
-      lora_rank: 0 for full fine-tuning, r > 0 for LoRA on q/k/v/o; ``lora_alpha``: its scale numerator.
+      lora_rank: 0 for full fine-tuning, r > 0 for LoRA; ``lora_alpha``: its scale numerator;
+        ``lora_targets``: the adapted projections (:data:`~imaginejax.imaginer.lora.LORA_TARGETS`).
       learning_rate, warmup_steps, weight_decay, grad_clip, adam_b2: the optimiser.
       num_steps: micro-batches (train-step calls); ``grad_accum`` micro-batches per update.
       batch_sizes: rows per task per micro-batch (0 drops a task, e.g. for KALM's ablations).
@@ -166,6 +168,7 @@ class Preset:
     dtype: str = "float32"
     lora_rank: int = 0
     lora_alpha: float = 16.0
+    lora_targets: tuple[str, ...] = lora_lib.ATTENTION_TARGETS
     learning_rate: float = 1e-3
     warmup_steps: int = 20
     weight_decay: float = 0.01
@@ -185,6 +188,13 @@ class Preset:
     max_to_keep: int = 2
     seed: int = 0
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "lora_targets", tuple(self.lora_targets))
+        unknown = set(self.lora_targets) - set(lora_lib.LORA_TARGETS)
+        if unknown:
+            raise ValueError(f"preset {self.name!r}: unknown lora_targets {sorted(unknown)}; valid: "
+                             f"{', '.join(lora_lib.LORA_TARGETS)}")
+
     def replace(self, **changes: Any) -> Preset:
         """A copy with fields changed (unknown names raise TypeError)."""
         return dataclasses.replace(self, **changes)
@@ -194,6 +204,7 @@ class Preset:
         data["architecture"] = dict(self.architecture)
         data["batch_sizes"] = dict(self.batch_sizes)
         data["task_weights"] = dict(self.task_weights)
+        data["lora_targets"] = list(self.lora_targets)
         return data
 
     @classmethod
@@ -213,11 +224,18 @@ PRESETS: Final[dict[str, Preset]] = {
                            learning_rate=1e-4, warmup_steps=20, num_steps=400, adam_b2=0.999,
                            batch_sizes={"rollout": 8, "dynamics": 16, "consequence": 8,
                                         "explanation": 8}),
-    # SmolLM2 with rank-16 LoRA on q/k/v/o: the shipped CLEVR imaginer's recipe (imaginer/shipped.py).
+    # SmolLM2 with rank-16 LoRA on q/k/v/o: the recipe that fits the 2-core CPU (600 steps, ~40 min).
     "smollm2-lora": Preset(name="smollm2-lora", source="gguf", tokenizer="smollm2", lora_rank=16, lora_alpha=32.0,
                            learning_rate=1e-3, warmup_steps=30, num_steps=600, adam_b2=0.999,
                            state_loss_weight=2.0, log_every=10,
                            batch_sizes={"rollout": 8, "dynamics": 16, "consequence": 8, "explanation": 8}),
+    # Rank-16 LoRA on all seven projections, 4x the batch, 1500 steps: the accelerator recipe
+    # that trained the shipped CLEVR imaginer (docs/accelerator.md); the CPU runs the recipe above.
+    "smollm2-lora-all": Preset(name="smollm2-lora-all", source="gguf", tokenizer="smollm2", lora_rank=16,
+                               lora_alpha=32.0, lora_targets=lora_lib.LORA_TARGETS, learning_rate=5e-4,
+                               warmup_steps=100, num_steps=1500, adam_b2=0.999, state_loss_weight=2.0,
+                               log_every=50, checkpoint_every=500, max_to_keep=10,
+                               batch_sizes={"rollout": 32, "dynamics": 64, "consequence": 32, "explanation": 32}),
     "llama2-7b": Preset(name="llama2-7b", source="hf", tokenizer="model", start_token=None,
                         end_token=None, start_id=1, end_id=2, dtype="bfloat16", learning_rate=1e-5,
                         warmup_steps=50, num_steps=8000, grad_accum=8, adam_b2=0.999,
@@ -590,7 +608,7 @@ def _initial_trainable(preset: Preset, llama_params: Params, config: KalmConfig,
     key_adapter, key_lora = jax.random.split(key)
     adapter = init_adapter_params(key_adapter, config, embed_std)
     if preset.lora_rank > 0:
-        lora = lora_lib.init_lora(key_lora, llama_params, config.llama, preset.lora_rank)
+        lora = lora_lib.init_lora(key_lora, llama_params, config.llama, preset.lora_rank, preset.lora_targets)
         return {"lora": lora, "kalm": adapter}, {"llama": llama_params}
     return {"llama": llama_params, "kalm": adapter}, None
 

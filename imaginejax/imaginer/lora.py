@@ -1,4 +1,4 @@
-"""LoRA: low-rank adapters on the attention projections of a frozen Llama.
+"""LoRA: low-rank adapters on the projections of a frozen Llama (attention by default, MLP optional).
 
 For each targeted projection ``W`` (D_in, D_out) of each layer, two trainable matrices
 ``a`` (D_in, r) and ``b`` (r, D_out) add ``scale · a @ b`` to ``W`` with ``scale = alpha / r``.
@@ -9,7 +9,8 @@ base model. The update is *merged* into a copy of the kernels before the forward
 model generates at full speed. The price is one temporary copy of the targeted kernels per step
 (for Llama-2-7B in bfloat16 about 1 GB).
 
-LoRA tree: ``{"layers_{i}": {"q_proj": {"a": (D, r), "b": (r, H*Dh)}, ...}}`` (float32).
+LoRA tree: ``{"layers_{i}": {"q_proj": {"a": (D, r), "b": (r, H*Dh)}, ...}}`` (float32); a target's
+module (``self_attn`` or ``mlp``) follows from its name (:data:`TARGET_MODULE`).
 """
 
 from __future__ import annotations
@@ -22,9 +23,13 @@ import jax.numpy as jnp
 
 from imaginejax.imaginer.llama import LlamaConfig, Params
 
-__all__ = ["LORA_TARGETS", "init_lora", "merge_lora", "lora_scale"]
+__all__ = ["LORA_TARGETS", "ATTENTION_TARGETS", "TARGET_MODULE", "init_lora", "merge_lora", "lora_scale"]
 
-LORA_TARGETS: Final[tuple[str, ...]] = ("q_proj", "k_proj", "v_proj", "o_proj")
+ATTENTION_TARGETS: Final[tuple[str, ...]] = ("q_proj", "k_proj", "v_proj", "o_proj")
+MLP_TARGETS: Final[tuple[str, ...]] = ("gate_proj", "up_proj", "down_proj")
+LORA_TARGETS: Final[tuple[str, ...]] = ATTENTION_TARGETS + MLP_TARGETS
+TARGET_MODULE: Final[dict[str, str]] = {**{t: "self_attn" for t in ATTENTION_TARGETS},
+                                        **{t: "mlp" for t in MLP_TARGETS}}
 
 
 def lora_scale(rank: int, alpha: float) -> float:
@@ -35,7 +40,7 @@ def lora_scale(rank: int, alpha: float) -> float:
 
 
 def init_lora(key: jax.Array, llama_params: Params, config: LlamaConfig, rank: int,
-              targets: Sequence[str] = LORA_TARGETS) -> Params:
+              targets: Sequence[str] = ATTENTION_TARGETS) -> Params:
     """Fresh LoRA matrices for ``targets`` of every layer (``b`` zero: the merged model equals the
     base)."""
     if rank <= 0:
@@ -46,10 +51,9 @@ def init_lora(key: jax.Array, llama_params: Params, config: LlamaConfig, rank: i
     lora: Params = {}
     for layer in range(config.num_hidden_layers):
         name = f"layers_{layer}"
-        attention = llama_params[name]["self_attn"]
         entry = {}
         for index, target in enumerate(targets):
-            d_in, d_out = attention[target]["kernel"].shape
+            d_in, d_out = llama_params[name][TARGET_MODULE[target]][target]["kernel"].shape
             sub = jax.random.fold_in(jax.random.fold_in(key, layer), index)
             entry[target] = {
                 "a": jax.random.normal(sub, (d_in, rank), jnp.float32) / jnp.sqrt(float(d_in)),
@@ -68,13 +72,13 @@ def merge_lora(llama_params: Params, lora: Params, scale: float) -> Params:
     merged = dict(llama_params)
     for name, targets in lora.items():
         layer = dict(merged[name])
-        attention = dict(layer["self_attn"])
         for target, factors in targets.items():
-            module = dict(attention[target])
+            parent = dict(layer[TARGET_MODULE[target]])
+            module = dict(parent[target])
             kernel = module["kernel"]
             delta = scale * jnp.dot(factors["a"], factors["b"], precision=jax.lax.Precision.HIGHEST)
             module["kernel"] = (kernel.astype(jnp.float32) + delta).astype(kernel.dtype)
-            attention[target] = module
-        layer["self_attn"] = attention
+            parent[target] = module
+            layer[TARGET_MODULE[target]] = parent
         merged[name] = layer
     return merged
