@@ -282,13 +282,20 @@ def adapter_apply(params: Params, config: KalmConfig, method: str, *args: jax.Ar
     return module.apply({"params": params["kalm"]}, *args, method=getattr(KalmAdapter, method))
 
 
+def _host_mean(array: jax.Array, axis: int) -> np.ndarray:
+    """float32 mean of ``array`` along ``axis``, accumulated in float64 by numpy (platform-independent)."""
+    return np.mean(np.asarray(jax.device_get(array), np.float32), axis=axis, dtype=np.float64).astype(np.float32)
+
+
 def add_placeholder_tokens(params: Params, config: LlamaConfig, count: int = 2
                            ) -> tuple[Params, LlamaConfig, tuple[int, ...]]:
     """Reserve ``count`` new token ids at the end of the vocabulary (ids V .. V+count-1).
 
     No tokenizer produces these ids, so a placeholder can never collide with text. The new rows of
     the embedding table (and of an untied LM head) are the mean of the existing rows (the usual
-    resizing rule; their input embedding is always replaced by a splice anyway).
+    resizing rule; their input embedding is always replaced by a splice anyway), computed on the host
+    with a float64 accumulator so that every platform builds the same bits (an accelerator's reduction
+    order differs from the CPU's, and the frozen backbone's hash covers these rows).
     ``params``: a backbone parameter dict -> (new params, config with ``vocab_size + count``, ids).
     """
     if count <= 0:
@@ -298,12 +305,11 @@ def add_placeholder_tokens(params: Params, config: LlamaConfig, count: int = 2
     if table.shape[0] != vocab:
         raise ValueError(f"embedding table has {table.shape[0]} rows but config.vocab_size={vocab}")
     new = dict(params)
-    rows = jnp.broadcast_to(jnp.mean(table.astype(jnp.float32), axis=0), (count, table.shape[1]))
+    rows = jnp.broadcast_to(_host_mean(table, axis=0), (count, table.shape[1]))
     new["embed_tokens"] = {"embedding": jnp.concatenate([table, rows.astype(table.dtype)], axis=0)}
     if not config.tie_word_embeddings:
         kernel = params["lm_head"]["kernel"]  # (D, V)
-        cols = jnp.broadcast_to(jnp.mean(kernel.astype(jnp.float32), axis=1, keepdims=True),
-                                (kernel.shape[0], count))
+        cols = jnp.broadcast_to(_host_mean(kernel, axis=1)[:, None], (kernel.shape[0], count))
         new["lm_head"] = {"kernel": jnp.concatenate([kernel, cols.astype(kernel.dtype)], axis=1)}
     new_config = dataclasses.replace(config, vocab_size=vocab + count)
     return new, new_config, tuple(range(vocab, vocab + count))
