@@ -274,8 +274,10 @@ def test_study_cli_runs_on_babyai(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     from imaginejax.imaginer import study
 
     monkeypatch.setenv("IMAGINEJAX_HOME", str(tmp_path))
-    study.main(["train", "smoke", "--env", "babyai", "--steps", "2", "--trajectories", "8"])
+    study.main(["train", "smoke", "--env", "babyai", "--steps", "2", "--trajectories", "8",
+                "--set", "checkpoint_every=1", "--set", "max_to_keep=4"])
     directory = tmp_path / "imaginer-study" / "smoke"
+    assert sorted(p.name for p in (directory / "checkpoints").iterdir()) == ["step-00000001", "step-00000002"]
     assert json.loads((directory / "study.json").read_text())["env"] == "babyai"
     assert (tmp_path / "imaginer-study" / "data").is_dir()  # the expert data is cached there
     study.main(["evaluate", "smoke", "--num", "2", "--levels", "easy"])
@@ -285,6 +287,8 @@ def test_study_cli_runs_on_babyai(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert level["simulated"] and level["error_unit"].startswith("grid cells")
     assert 1 <= level["num_rollouts"] <= 2 and 0.0 <= level["goal_consistency"] <= 1.0
     assert "| easy |" in (directory / "quality.md").read_text()
+    study.main(["evaluate", "smoke", "--num", "2", "--levels", "easy", "--step", "1"])  # an earlier checkpoint
+    assert json.loads((directory / "quality-step1.json").read_text())["step"] == 1
     capsys.readouterr()
     study.main(["compare", "smoke:tiny"])
     assert "| tiny | easy |" in capsys.readouterr().out

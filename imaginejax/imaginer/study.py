@@ -3,7 +3,7 @@ with an expert and quality rules; CLEVR-Robot by default).
 
     python -m imaginejax.imaginer.study train RUN [--env clevr|babyai|...] [--steps 600]
         [--trajectories 2000] [--state-prediction absolute|delta] [--set state_loss_weight=0.5 ...]
-    python -m imaginejax.imaginer.study evaluate RUN [--num 256] [--project] [--levels ...]
+    python -m imaginejax.imaginer.study evaluate RUN [--num 256] [--project] [--levels ...] [--step K]
     python -m imaginejax.imaginer.study compare RUN_A:LABEL RUN_B:LABEL ...
 
 ``train`` fine-tunes the ``tiny`` preset on ``--trajectories`` real expert trajectories of the
@@ -94,7 +94,7 @@ def train(args: argparse.Namespace) -> None:
         raise SystemExit(f"run {args.run!r} was trained on {run_env(directory)!r}, not {args.env!r}; "
                          "choose another RUN name")
     data = real_data(args.trajectories, env=args.env)
-    overrides = dict(num_steps=args.steps, checkpoint_every=args.steps, **_overrides(args.set))
+    overrides = {"num_steps": args.steps, "checkpoint_every": args.steps, **_overrides(args.set)}
     if args.state_prediction is not None:
         overrides["state_prediction"] = args.state_prediction
     _log(f"fine-tuning preset {args.preset!r} on {data.num_trajectories} trajectories "
@@ -115,7 +115,7 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
 
     directory = run_dir(args.run)
     env_name = run_env(directory)
-    imaginer = load_imaginer(directory)
+    imaginer = load_imaginer(directory, args.step)
     datasets = {}
     seconds = {}
     for index, level in enumerate(args.levels):
@@ -125,7 +125,7 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
         datasets[level] = result.dataset
         seconds[level] = result.seconds
     report = quality_report(datasets)
-    tag = "quality-projected" if args.project else "quality"
+    tag = ("quality-projected" if args.project else "quality") + (f"-step{args.step}" if args.step else "")
     record = {"run": args.run, "env": env_name, "step": imaginer.step, "preset": imaginer.preset,
               "state_prediction": imaginer.config.state_prediction, "project": bool(args.project),
               "num": args.num, "seed": args.seed, "generation_seconds": seconds, **report.to_dict()}
@@ -184,6 +184,8 @@ def main(argv: list[str] | None = None) -> None:
     p_eval.add_argument("--seed", type=int, default=7)
     p_eval.add_argument("--project", action="store_true", help="project states onto the legal set")
     p_eval.add_argument("--levels", nargs="+", default=list(LEVELS))
+    p_eval.add_argument("--step", type=int, default=None,
+                        help="checkpoint to evaluate (default: the latest; a step writes quality[-projected]-step<k>)")
     p_cmp = sub.add_parser("compare", help="side-by-side table of evaluated runs")
     p_cmp.add_argument("runs", nargs="+", metavar="RUN[@quality-projected][:LABEL]")
     args = parser.parse_args(argv)
