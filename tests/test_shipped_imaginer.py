@@ -20,7 +20,7 @@ def imaginer():
 
 
 def test_shipped_imaginer_generates_rollouts_scored_against_the_simulator(imaginer):
-    assert imaginer.step == 600 and imaginer.config.llama.num_hidden_layers == 30  # SmolLM2-135M
+    assert imaginer.step == 1000 and imaginer.config.llama.num_hidden_layers == 30  # SmolLM2-135M
     env, params = envs.make("clevr", "easy", embed=False)
     result = imagine(imaginer, env, params, jax.random.PRNGKey(0), 8, progress=False)
     ds = result.dataset
@@ -31,7 +31,7 @@ def test_shipped_imaginer_generates_rollouts_scored_against_the_simulator(imagin
 
 
 def test_damaged_missing_or_foreign_files_are_refused(tmp_path):
-    item = SHIPPED["clevr-smollm2-lora"]
+    item = SHIPPED["clevr-smollm2-lora-all"]
     for suffix in (".safetensors", ".json"):
         shutil.copy(ASSETS / f"{item.name}{suffix}", tmp_path / f"{item.name}{suffix}")
     weights = tmp_path / f"{item.name}.safetensors"
@@ -43,7 +43,7 @@ def test_damaged_missing_or_foreign_files_are_refused(tmp_path):
     weights.unlink()
     with pytest.raises(ShippedImaginerError, match="missing"):
         load_shipped("clevr", assets=tmp_path)
-    with pytest.raises(ShippedImaginerError, match="no trained imaginer ships for 'babyai'.*clevr-smollm2-lora"):
+    with pytest.raises(ShippedImaginerError, match="no trained imaginer ships for 'babyai'.*clevr-smollm2-lora-all"):
         shipped_for("babyai")
     # The clevr files asked for as another environment's imaginer: refused, naming both.
     shutil.copy(ASSETS / f"{item.name}.safetensors", weights)

@@ -9,7 +9,7 @@ configuration, text layout, state normaliser, backbone hash) plus the environmen
 command and the weights' SHA-256. The SHA-256 is also written in :data:`SHIPPED`, so a damaged or
 replaced file is refused with the command that re-makes it.
 
-    python -m imaginejax.imaginer.shipped export RUN_DIR --env clevr --name clevr-smollm2-lora
+    python -m imaginejax.imaginer.shipped export RUN_DIR --env clevr --name clevr-smollm2-lora-all
 """
 
 from __future__ import annotations
@@ -44,11 +44,16 @@ class ShippedImaginer:
 
 
 SHIPPED: Final[dict[str, ShippedImaginer]] = {
-    "clevr-smollm2-lora": ShippedImaginer(
-        "clevr-smollm2-lora", "clevr", "2d9fdd9639f0755de7686b6ee53dc12664b52cad8d51c486f98183b611ad7951",
-        "python -m imaginejax.imaginer.study train clevr-smollm2-lora --preset smollm2-lora --steps 600 "
-        "--trajectories 2000, then python -m imaginejax.imaginer.shipped export "
-        "$IMAGINEJAX_HOME/imaginer-study/clevr-smollm2-lora --env clevr --name clevr-smollm2-lora"),
+    # Trained on one H100 (experiments/accelerator/imaginer_finetune.sh; the step-1000 checkpoint of a
+    # 1,500-step run stopped by its time limit, docs/accelerator.md); its 4.3 M tokens would take
+    # 3–10 hours at the 115–365 tokens/s this recipe family runs at on the 2-core CPU.
+    "clevr-smollm2-lora-all": ShippedImaginer(
+        "clevr-smollm2-lora-all", "clevr", "e0082341c0a7ec0da9a051e9709effb91a587e2c1cdb21d7092e98213097a8ac",
+        "python -m imaginejax.imaginer.study train clevr-smollm2-lora-all --preset smollm2-lora-all --steps 1500 "
+        "--trajectories 2000 --set checkpoint_every=500 (the shipped adapters: its step-1000 checkpoint; on an "
+        "accelerator: bash experiments/accelerator/imaginer_finetune.sh OUT), then python -m "
+        "imaginejax.imaginer.shipped export $IMAGINEJAX_HOME/imaginer-study/clevr-smollm2-lora-all --env clevr "
+        "--name clevr-smollm2-lora-all"),
 }
 
 
