@@ -50,3 +50,15 @@ def test_damaged_missing_or_foreign_files_are_refused(tmp_path):
     foreign = type(item)(item.name, "babyai", item.sha256, item.command)
     with pytest.raises(ShippedImaginerError, match="'clevr'.*'babyai'"):
         load_shipped("babyai", assets=tmp_path, expected=foreign)
+
+
+def test_study_scores_the_shipped_imaginer(tmp_path, monkeypatch):
+    import json
+
+    from imaginejax.imaginer import study
+
+    monkeypatch.setenv("IMAGINEJAX_HOME", str(tmp_path))
+    study.main(["evaluate", "shipped:clevr", "--num", "2", "--levels", "easy", "--project"])
+    record = json.loads((tmp_path / "imaginer-study" / "shipped-clevr" / "quality-projected.json").read_text())
+    assert record["env"] == "clevr" and record["step"] == 1000 and record["project"]
+    assert record["levels"]["easy"]["legal_rollout_rate"] == 1.0

@@ -14,7 +14,8 @@ cache; other environments under ``$IMAGINEJAX_HOME/imaginer-study/data``) into
 environment is recorded in ``RUN/study.json``). ``evaluate`` loads that run, generates ``--num``
 imaginary rollouts per level with a fixed key (the same initial states and tasks for every run),
 scores them (:func:`~imaginejax.imaginer.quality.quality_report`) and writes
-``RUN/quality[-projected].json`` and ``.md``. ``compare`` prints the per-level metrics of several
+``RUN/quality[-projected].json`` and ``.md``; ``evaluate shipped:ENV`` scores the package's trained
+imaginer of ENV instead (into ``$IMAGINEJAX_HOME/imaginer-study/shipped-ENV``). ``compare`` prints the per-level metrics of several
 evaluated runs side by side. Everything runs on the CPU it finds; other users of the machine slow it
 down but do not change the results (fixed seeds).
 """
@@ -48,6 +49,7 @@ def run_dir(name: str) -> Path:
 
 
 STUDY_FILE = "study.json"
+SHIPPED_PREFIX = "shipped:"
 
 
 def real_data(num: int, seed: int = 0, epsilon: float = 0.1, env: str = "clevr") -> Any:
@@ -113,9 +115,17 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     from imaginejax.imaginer.imagine import imagine
     from imaginejax.imaginer.quality import quality_report
 
-    directory = run_dir(args.run)
-    env_name = run_env(directory)
-    imaginer = load_imaginer(directory, args.step)
+    if args.run.startswith(SHIPPED_PREFIX):  # the package's trained imaginer of an environment
+        from imaginejax.imaginer.shipped import load_shipped
+
+        env_name = args.run[len(SHIPPED_PREFIX):]
+        imaginer = load_shipped(env_name)
+        directory = run_dir(args.run.replace(":", "-"))
+        directory.mkdir(parents=True, exist_ok=True)
+    else:
+        directory = run_dir(args.run)
+        env_name = run_env(directory)
+        imaginer = load_imaginer(directory, args.step)
     datasets = {}
     seconds = {}
     for index, level in enumerate(args.levels):
@@ -179,7 +189,7 @@ def main(argv: list[str] | None = None) -> None:
     p_train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                          help="other preset fields, e.g. --set learning_rate=3e-4")
     p_eval = sub.add_parser("evaluate", help="imagine rollouts per level and score them")
-    p_eval.add_argument("run")
+    p_eval.add_argument("run", help="a study run, or shipped:ENV for the package's trained imaginer of ENV")
     p_eval.add_argument("--num", type=int, default=256)
     p_eval.add_argument("--seed", type=int, default=7)
     p_eval.add_argument("--project", action="store_true", help="project states onto the legal set")
