@@ -9,7 +9,8 @@ Subcommands:
   evaluated on every level, resumable (re-running the same command continues);
 * ``bench`` — the whole protocol: data, imaginary data, every registered algorithm for the action space,
   every level, several seeds → markdown table and figures;
-* ``report`` — the statistics table (and figures) of a sweep or workspace directory;
+* ``report`` — the statistics table (and figures) of a sweep or workspace directory; given several
+  workspaces, one per environment, the three-way table over environments (:func:`imaginejax.report.aggregate`);
 * ``export`` — one trained run of a workspace as a policy directory (:mod:`imaginejax.policy`);
 * ``evaluate`` — a policy directory's success per task on a level, by the jitted evaluation of training;
   ``--frames DIR`` adds pictures of a few episodes (:mod:`imaginejax.frames`);
@@ -129,15 +130,22 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="workspace directory (default: $IMAGINEJAX_HOME/bench/<preset>)")
 
     p = sub.add_parser("report", formatter_class=formatter,
-                       help="results table and figures of a sweep or workspace directory",
+                       help="results table and figures of a sweep or workspace directory, or the aggregate "
+                            "over several environments' workspaces",
                        description="IQM / mean over seeds with stratified-bootstrap 95 % intervals of every "
                                    "configuration of a sweep (RUN_DIR/sweep.json) or of every sweep of a "
                                    "workspace (RUN_DIR/runs/*/sweep.json); writes RUN_DIR/results.md and, "
                                    "unless --no-figures, RUN_DIR/figures/ (learning curves, a panel row per "
                                    "algorithm and a column per level, and per-level bar charts as PNG, with "
                                    "their data in percent as CSV). Another statistic writes beside them, never "
-                                   "over them: --statistic mean -> RUN_DIR/results-mean.md and figures-mean/.")
-    p.add_argument("run_dir", type=Path, help="a sweep's run directory or a workspace of train / bench")
+                                   "over them: --statistic mean -> RUN_DIR/results-mean.md and figures-mean/. "
+                                   "Given several workspaces, one per environment: the three-way table over "
+                                   "environments (each cell's statistic over the seed x environment matrix of "
+                                   "run scores, the environments as bootstrap strata), printed and written "
+                                   "only to --out; no figures.")
+    p.add_argument("run_dir", type=Path, nargs="+",
+                   help="a sweep's run directory or a workspace of train / bench; several: one workspace per "
+                        "environment")
     p.add_argument("--statistic", choices=("iqm", "mean"), default="iqm",
                    help="point estimate over seeds (default: interquartile mean)")
     p.add_argument("--reps", type=int, default=2000, help="bootstrap replicates for the 95%% intervals")
@@ -258,11 +266,41 @@ def _report(args: argparse.Namespace) -> int:
         raise ConfigError(f"--reps must be >= 1, got {args.reps}")
     config = Config(report=ReportConfig(statistic=args.statistic, reps=args.reps, seed=args.seed,
                                         figures=not args.no_figures))
-    text = bench.report(load_sweep(args.run_dir), args.run_dir, config, log=_log)
+    if len(args.run_dir) == 1:
+        text = bench.report(load_sweep(args.run_dir[0]), args.run_dir[0], config, log=_log)
+    else:
+        from imaginejax.report import aggregate
+
+        envs = _environments(args.run_dir)
+        r = config.report
+        text = aggregate({env: load_sweep(path) for env, path in envs.items()},
+                         {env: str(path) for env, path in envs.items()}, r.statistic, r.reps, r.seed, r.last)
     print(text)
     if args.out is not None:
         write_text(args.out, text + "\n")
     return 0
+
+
+def _environments(paths: list[Path]) -> dict[str, Path]:
+    """Environment name (its workspace's ``config.data.env``) -> the path given for it.
+
+    Raises:
+      ValueError: a path is in no workspace, or two paths are workspaces of the same environment.
+    """
+    from imaginejax.bench import WORKSPACE_FILE, _workspace_of
+
+    envs: dict[str, Path] = {}
+    for path in paths:
+        workspace = _workspace_of(path)
+        if workspace is None:
+            raise ValueError(f"{path} is in no workspace (no {WORKSPACE_FILE} there or two levels up): an aggregate "
+                             "over environments takes one train / bench workspace per environment")
+        env = json.loads((workspace / WORKSPACE_FILE).read_text())["config"]["data"]["env"]
+        if env in envs:
+            raise ValueError(f"{envs[env]} and {path} are both workspaces of {env}: give one workspace per "
+                             "environment")
+        envs[env] = path
+    return envs
 
 
 def _export(args: argparse.Namespace) -> int:
