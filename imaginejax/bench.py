@@ -723,6 +723,14 @@ def _workspace_of(out: Path) -> Path | None:
     return next((d for d in (out, out.parent.parent) if (d / WORKSPACE_FILE).exists()), None)
 
 
+def workspace_env(out: str | Path) -> tuple[Path, str] | None:
+    """(workspace, its ``data.env``) of the workspace holding ``out`` (:func:`_workspace_of`), or None."""
+    workspace = _workspace_of(Path(out))
+    if workspace is None:
+        return None
+    return workspace, json.loads((workspace / WORKSPACE_FILE).read_text())["config"]["data"]["env"]
+
+
 def report(results: Results, out: str | Path, config: Config, *, figures: bool | None = None,
            log: Log = log_stderr) -> str:
     """The results tables (:func:`imaginejax.report.table`) and the figures (``report.figures``, or
@@ -743,10 +751,10 @@ def report(results: Results, out: str | Path, config: Config, *, figures: bool |
     if r.figures if figures is None else figures:
         from imaginejax.figures import write_figures
 
-        workspace = _workspace_of(Path(out))
+        found = workspace_env(out)
         env = floor = None
-        if workspace is not None:
-            env = json.loads((workspace / WORKSPACE_FILE).read_text())["config"]["data"]["env"]
+        if found is not None:
+            workspace, env = found
             if (workspace / RANDOM_FILE).exists():
                 floor = json.loads((workspace / RANDOM_FILE).read_text())["success"]
         written = write_figures(results, figures_dir, statistic=r.statistic, reps=r.reps, seed=r.seed,

@@ -287,15 +287,15 @@ def _environments(paths: list[Path]) -> dict[str, Path]:
     Raises:
       ValueError: a path is in no workspace, or two paths are workspaces of the same environment.
     """
-    from imaginejax.bench import WORKSPACE_FILE, _workspace_of
+    from imaginejax.bench import WORKSPACE_FILE, workspace_env
 
     envs: dict[str, Path] = {}
     for path in paths:
-        workspace = _workspace_of(path)
-        if workspace is None:
+        found = workspace_env(path)
+        if found is None:
             raise ValueError(f"{path} is in no workspace (no {WORKSPACE_FILE} there or two levels up): an aggregate "
                              "over environments takes one train / bench workspace per environment")
-        env = json.loads((workspace / WORKSPACE_FILE).read_text())["config"]["data"]["env"]
+        env = found[1]
         if env in envs:
             raise ValueError(f"{envs[env]} and {path} are both workspaces of {env}: give one workspace per "
                              "environment")

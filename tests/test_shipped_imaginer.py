@@ -62,3 +62,5 @@ def test_study_scores_the_shipped_imaginer(tmp_path, monkeypatch):
     record = json.loads((tmp_path / "imaginer-study" / "shipped-clevr" / "quality-projected.json").read_text())
     assert record["env"] == "clevr" and record["step"] == 1000 and record["project"]
     assert record["levels"]["easy"]["legal_rollout_rate"] == 1.0
+    with pytest.raises(SystemExit, match="--step picks a checkpoint of a study run"):
+        study.main(["evaluate", "shipped:clevr", "--step", "500"])

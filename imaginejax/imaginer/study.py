@@ -118,6 +118,8 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     if args.run.startswith(SHIPPED_PREFIX):  # the package's trained imaginer of an environment
         from imaginejax.imaginer.shipped import load_shipped
 
+        if args.step is not None:
+            raise SystemExit(f"--step picks a checkpoint of a study run; {args.run} is the package's one imaginer")
         env_name = args.run[len(SHIPPED_PREFIX):]
         imaginer = load_shipped(env_name)
         directory = run_dir(args.run.replace(":", "-"))
