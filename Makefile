@@ -20,7 +20,8 @@ $(VENV)/.installed: pyproject.toml constraints.txt Makefile
 	$(VENV)/bin/imaginejax setup-weights
 	# gymnax (imaginejax.interop.as_gymnax), pinned, with --no-deps: its metadata declares jax<0.12 and
 	# gymnasium<1.4, older than the tested pair, while its code runs on them (tests/test_gymnax_env.py);
-	# the packages it imports at load time come with the gymnax extra.
+	# the packages it imports at load time come with the gymnax extra. The pin is GYMNAX_VERSION of
+	# imaginejax/interop/gymnax_env.py (its missing-package error names this command; a test checks both agree).
 	$(VENV)/bin/pip install $(PIP_FLAGS) --no-deps gymnax==1.0.1
 	touch $@
 

@@ -94,6 +94,8 @@ SLOW = {
     "test_distributed.py::test_a_killed_process_stops_the_others_and_a_restart_resumes_to_the_same_result":
         "multi-process kill and restart",
     # End-to-end commands.
+    "test_packaging.py::test_the_wheel_builds_without_warnings_and_holds_the_assets":
+        "pip builds the wheel in an isolated environment (fetches setuptools from the index; 4-16 s)",
     "test_imagine.py::test_study_cli_runs_on_babyai": "end-to-end study",
     "test_llama_smollm2.py::test_tokenizer_matches_transformers": "whole-vocabulary tokenizer parity",
     # PPO through gymnax on CLEVR: until it beats the random policy (60 updates of 4096 steps, 6 min).

@@ -1,12 +1,18 @@
 """The registry's environments as gymnax environments (imaginejax.interop.gymnax_env): gymnax's base class,
-spaces, auto-reset and wrappers on our kernels, and a purejaxrl-style PPO loop through them
+spaces, auto-reset and wrappers on our kernels, the default MiniLM observation, the install route of gymnax
+(its pin, the extra, the error without it), and a purejaxrl-style PPO loop through them
 (experiments/experts/ppo_gymnax.py)."""
 
 from __future__ import annotations
 
 import functools
+import importlib
+import importlib.abc
+import importlib.metadata
 import importlib.util
+import re
 import sys
+import tomllib
 from pathlib import Path
 
 import jax
@@ -15,11 +21,16 @@ import numpy as np
 import pytest
 from gymnax.environments import environment, spaces
 from gymnax.wrappers import FlattenObservationWrapper, LogWrapper
+from packaging.requirements import Requirement
 
 from imaginejax import envs
 from imaginejax.interop import as_gymnax
+from imaginejax.interop.gymnax_env import GYMNAX_VERSION, INSTALL_GYMNAX
+from imaginejax.lang import EMBED_DIM, encode_instructions
+from imaginejax.progress import MissingDependency
 
-PPO_FILE = Path(__file__).resolve().parents[1] / "experiments" / "experts" / "ppo_gymnax.py"
+ROOT = Path(__file__).resolve().parents[1]
+PPO_FILE = ROOT / "experiments" / "experts" / "ppo_gymnax.py"
 
 
 @functools.lru_cache(maxsize=None)
@@ -50,11 +61,99 @@ def test_a_gymnax_environment_with_gymnax_spaces(name: str) -> None:
     np.testing.assert_array_equal(obs[ours.state_dim:], np.eye(table.embed_dim)[int(state.instruction)])
 
 
+@pytest.fixture(scope="module")
+def clevr_default() -> tuple:
+    """CLEVR's train level as a user gets it, with as_gymnax's default instruction embedding."""
+    return as_gymnax("clevr", "train")
+
+
+def test_default_observation_is_the_state_and_the_minilm_embedding_of_its_instruction(clevr_default) -> None:
+    """The observation our datasets and policies use: (S + 384,), what envs.make with the MiniLM encoder gives;
+    embed=None is the bare state."""
+    env, params = clevr_default
+    ours, table = envs.make("clevr", "train", embed=encode_instructions)
+    assert env.observation_space(params).shape == (ours.state_dim + EMBED_DIM,)
+    np.testing.assert_array_equal(params.table.instruction_embeddings, table.instruction_embeddings)
+    key = jax.random.PRNGKey(0)
+    obs, state = env.reset(key, params)
+    assert obs.shape == (ours.state_dim + EMBED_DIM,)
+    np.testing.assert_array_equal(obs, jax.jit(ours.reset)(key, table)[0])
+    np.testing.assert_array_equal(obs[ours.state_dim:], table.instruction_embeddings[int(state.instruction)])
+    bare, bare_params = as_gymnax("clevr", "train", embed=None)
+    assert bare.observation_space(bare_params).shape == (ours.state_dim,)
+
+
+@pytest.mark.parametrize("missing", ["gymnax", "seaborn"])
+def test_without_gymnax_as_gymnax_names_the_two_step_install(monkeypatch: pytest.MonkeyPatch, missing: str) -> None:
+    """gymnax, or a package it imports, not installed (a finder in front of the others answers for it as an
+    absent package does): importing or reaching as_gymnax raises MissingDependency with the command and
+    why gymnax goes without its dependencies."""
+
+    class Uninstalled(importlib.abc.MetaPathFinder):
+        def find_spec(self, fullname: str, path: object, target: object = None) -> None:
+            if fullname == missing:
+                raise ModuleNotFoundError(f"No module named {fullname!r}", name=fullname)
+            return None
+
+    for name in [m for m in sys.modules if m.partition(".")[0] in ("gymnax", missing)]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.delitem(sys.modules, "imaginejax.interop.gymnax_env")
+    monkeypatch.setattr(sys, "meta_path", [Uninstalled(), *sys.meta_path])
+    with pytest.raises(MissingDependency) as error:
+        importlib.import_module("imaginejax.interop.gymnax_env")
+    message = str(error.value)
+    assert f"missing: {missing!r}" in message and INSTALL_GYMNAX in message
+    assert "--no-deps because" in message and "caps jax below 0.12" in message
+    assert INSTALL_GYMNAX == f'pip install "imaginejax[gymnax]" && pip install --no-deps gymnax=={GYMNAX_VERSION}'
+    with pytest.raises(MissingDependency, match=re.escape(INSTALL_GYMNAX)):
+        importlib.import_module("imaginejax.interop").as_gymnax
+
+
+def test_the_gymnax_pin_is_one_version() -> None:
+    """The module's pin (its error names it), the Makefile's --no-deps install, the docs' commands and the
+    gymnax these tests run on agree."""
+    makefile = (ROOT / "Makefile").read_text()
+    assert re.findall(r"pip install .*--no-deps gymnax==(\S+)", makefile) == [GYMNAX_VERSION]
+    for doc in ("README.md", "docs/interop.md"):
+        pins = set(re.findall(r"gymnax==([0-9][0-9.]*[0-9])", (ROOT / doc).read_text()))
+        assert pins == {GYMNAX_VERSION}, (doc, pins)
+    assert importlib.metadata.version("gymnax") == GYMNAX_VERSION
+
+
+def test_the_gymnax_extra_holds_what_gymnax_imports_and_nothing_caps_jax() -> None:
+    """pip install "imaginejax[gymnax]" cannot downgrade jax: no extra holds gymnax itself (whose metadata
+    caps jax), the gymnax extra and our dependencies cover gymnax's own runtime requirements, and no
+    requirement of ours puts an upper bound on jax."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    ours = [Requirement(r) for r in project["dependencies"]]
+    extras = {name: [Requirement(r) for r in reqs] for name, reqs in project["optional-dependencies"].items()}
+    assert all(r.name != "gymnax" for reqs in extras.values() for r in reqs)
+    gymnax_extra = {r.name for r in extras["gymnax"]}
+    declared = [Requirement(r) for r in importlib.metadata.requires("gymnax")]
+    runtime = {r.name for r in declared if r.marker is None or r.marker.evaluate({"extra": ""})}
+    assert runtime - {r.name for r in ours} <= gymnax_extra, runtime
+    assert "six" in gymnax_extra  # imported when gymnax loads (gymnax.utils), not declared by gymnax
+    for requirement in [*ours, *(r for reqs in extras.values() for r in reqs)]:
+        if requirement.name in ("jax", "jaxlib"):
+            caps = [s for s in requirement.specifier if s.operator in ("<", "<=", "==", "===", "~=")]
+            assert not caps, requirement
+
+
+def test_readme_gymnax_and_brax_snippet_runs_as_written() -> None:
+    """The README's example of its "gymnax and brax" section, executed verbatim."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## gymnax and brax"):]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    scope: dict = {}
+    exec(compile(code, "README.md (gymnax and brax)", "exec"), scope)
+    assert scope["obs"].shape == (scope["env"].env.state_dim + EMBED_DIM,)
+
+
 def test_step_is_the_environments_step_until_an_episode_ends_then_a_fresh_one() -> None:
     """On BabyAI (the auto-reset is the same code for every environment; CLEVR's episodes are checked
     through LogWrapper below)."""
     name = "babyai"
-    env, params = as_gymnax(name, "train")
+    env, params = as_gymnax(name, "train", embed=None)
     ours, table = envs.make(name, "train")
     reset, step = jax.jit(ours.reset), jax.jit(ours.step)
     key = jax.random.PRNGKey(3)
@@ -82,7 +181,7 @@ def test_step_is_the_environments_step_until_an_episode_ends_then_a_fresh_one() 
 def test_continuous_cheetah_under_vmap_is_the_batched_kernel() -> None:
     """A continuous environment on MuJoCo C (a host callback, vmappable): gymnax's Box action space, and
     the vmapped reset and step equal the environment's batched kernels on the same keys."""
-    env, params = as_gymnax("cheetah", "train", backend="mujoco")
+    env, params = as_gymnax("cheetah", "train", embed=None, backend="mujoco")
     ours, table = envs.make("cheetah", "train", backend="mujoco")
     space = env.action_space(params)
     assert isinstance(space, spaces.Box) and space.shape == (6,) and (space.low, space.high) == (-1.0, 1.0)
@@ -98,9 +197,9 @@ def test_continuous_cheetah_under_vmap_is_the_batched_kernel() -> None:
     np.testing.assert_allclose(reward, want_reward, atol=1e-6)
 
 
-def test_gymnax_wrappers_and_vmap_log_the_episodes_rewards() -> None:
+def test_gymnax_wrappers_and_vmap_log_the_episodes_rewards(clevr_default) -> None:
     """LogWrapper's episode returns equal the rewards summed by hand between the episode ends."""
-    env, params = as_gymnax("clevr", "train")
+    env, params = clevr_default
     wrapped = LogWrapper(FlattenObservationWrapper(env))
     batch, steps = 4, 120
     _, state = jax.vmap(wrapped.reset, (0, None))(jax.random.split(jax.random.PRNGKey(0), batch), params)

@@ -2,16 +2,20 @@
 
     from imaginejax.interop import as_gymnax
     env, params = as_gymnax("clevr", "train")                  # a gymnax.environments.environment.Environment
-    env = gymnax.wrappers.LogWrapper(env)                      # gymnax's wrappers accept it
-    obs, state = jax.vmap(env.reset, (0, None))(keys, params)  # obs (B, S+E)
+    env = LogWrapper(env)                                      # gymnax.wrappers accept it
+    obs, state = jax.vmap(env.reset, (0, None))(keys, params)  # obs (B, S+E), E = 384
     obs, state, reward, terminated, truncated, info = jax.vmap(env.step, (0, 0, 0, None))(keys, state, a, params)
 
 ``step_env`` / ``reset_env`` are the environment's single-environment views (a batch of one of its
 batched kernels); gymnax's base class adds the auto-reset ``step``: an episode that ends (``terminated``:
 the task succeeded, ``truncated``: the step cap without success) is replaced in the same call by a fresh
 one whose task is drawn uniformly from the level's tasks, and ``info["final_observation"]`` holds the
-observation that ended it. The observation is ours, state ⊕ instruction embedding (E = 0 with
-``embed=None``); the reward is the environment's own.
+observation that ended it. The observation is ours, state ⊕ instruction embedding: by default the
+MiniLM embedding our datasets and policies use (E = 384), the bare state with ``embed=None`` (E = 0); the
+reward is the environment's own.
+
+gymnax is not a dependency that pip can resolve: its metadata caps jax below the one we run on (its code
+runs on it), so it installs with ``--no-deps`` after the ``gymnax`` extra (:data:`INSTALL_GYMNAX`).
 """
 
 from __future__ import annotations
@@ -21,12 +25,26 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 from flax import struct
-from gymnax.environments import environment, spaces
 
 from imaginejax import envs as registry
 from imaginejax.envs.base import Encoder, EnvParams
+from imaginejax.lang import encode_instructions
+from imaginejax.progress import MissingDependency
 
-__all__ = ["GymnaxEnv", "GymnaxParams", "as_gymnax"]
+__all__ = ["GYMNAX_VERSION", "INSTALL_GYMNAX", "GymnaxEnv", "GymnaxParams", "as_gymnax"]
+
+# The tested gymnax; the Makefile installs the same pin.
+GYMNAX_VERSION = "1.0.1"
+INSTALL_GYMNAX = f'pip install "imaginejax[gymnax]" && pip install --no-deps gymnax=={GYMNAX_VERSION}'
+
+try:
+    from gymnax.environments import environment, spaces
+except ModuleNotFoundError as error:
+    raise MissingDependency(
+        f"imaginejax.interop.as_gymnax needs gymnax {GYMNAX_VERSION} and the packages it imports (missing: "
+        f"{error.name!r}); install them with: {INSTALL_GYMNAX}   (--no-deps because gymnax {GYMNAX_VERSION}'s "
+        "metadata caps jax below 0.12 and gymnasium below 1.4, so a plain `pip install gymnax` would downgrade "
+        "both, although its code runs on them; the gymnax extra brings what it imports)") from None
 
 
 @struct.dataclass
@@ -100,14 +118,19 @@ class GymnaxEnv(environment.Environment):
         return spaces.Box(low, high, low.shape, jnp.float32)
 
 
-def as_gymnax(name: str, level: str = "train", *, embed: Encoder | None = None, **options: Any
+def as_gymnax(name: str, level: str = "train", *, embed: Encoder | None = encode_instructions, **options: Any
               ) -> tuple[GymnaxEnv, GymnaxParams]:
     """A registered environment and level as ``(gymnax environment, its params)``.
 
     Args:
-      name, level, embed, options: as :func:`imaginejax.envs.make` (e.g. ``embed=encode_instructions``
-        for E = 384, ``backend="mjx"`` for a MuJoCo environment under ``jax.vmap``).
-    Returns: ``(GymnaxEnv, GymnaxParams)``.
+      name, level, options: as :func:`imaginejax.envs.make` (e.g. ``backend="mjx"`` for a MuJoCo
+        environment under ``jax.vmap``).
+      embed: the instruction encoder, M strings -> (M, E). Default
+        :func:`imaginejax.lang.encode_instructions` (all-MiniLM-L6-v2, E = 384; weights from
+        ``imaginejax setup-weights``), the observation our datasets and policies are trained on:
+        obs (S+384,) = state ⊕ the embedding of the episode's instruction. ``None``: E = 0, obs (S,) is
+        the bare state.
+    Returns: ``(GymnaxEnv, GymnaxParams)``; ``env.observation_space(params).shape == (S+E,)``.
     """
     env, params = registry.make(name, level, embed=embed, **options)
     wrapped = GymnaxEnv(env, params)
