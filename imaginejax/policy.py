@@ -379,24 +379,19 @@ def evaluate_gym(policy: Policy, level: str, episodes: int, seed: int = 0) -> Gy
 # ---------------------------------------------------------------------------------------------------
 def from_results(results: "Results", algo: str | None = None, seed: int | None = None, ratio: float | None = None,
                  data: str | None = None, hp: Mapping[str, float] | None = None) -> Policy:
-    """The policy of the one run of ``results`` that matches every given field.
+    """The policy of the one run of ``results`` that matches every given field
+    (:func:`imaginejax.results.find_run`; ``data="real"`` names the real-only runs).
 
     Raises:
-      PolicyError: no run or several runs match (the message lists the choices), or the result holds no
-        trained states for the algorithm.
+      PolicyError: no run or several runs match (the message names the values and the fields that tell them
+        apart), or the result holds no trained states for the algorithm.
     """
-    runs = [r for r in results.runs
-            if (algo is None or r.algo == algo) and (seed is None or r.seed == seed)
-            and (ratio is None or r.ratio == float(ratio)) and (data is None or r.data == data)
-            and (hp is None or all(r.hp.get(k) == float(v) for k, v in hp.items()))]
-    if len(runs) != 1:
-        asked = ", ".join(f"{k}={v!r}" for k, v in dict(algo=algo, seed=seed, ratio=ratio, data=data, hp=hp).items()
-                          if v is not None) or "no field given"
-        choices = "; ".join(f"algo={r.algo!r}, seed={r.seed}, ratio={r.ratio:g}, data={r.data!r}"
-                            + (f", hp={r.hp}" if r.hp else "") for r in results.runs[:8])
-        raise PolicyError(f"{len(runs)} runs match ({asked}): name one run by its algo, seed, ratio, data and hp; "
-                          f"the runs are: {choices}{' …' if len(results.runs) > 8 else ''}")
-    run = runs[0]
+    from imaginejax.results import find_run
+
+    try:
+        run = find_run(results, algo=algo, seed=seed, ratio=ratio, data=data, hp=hp)
+    except ValueError as error:
+        raise PolicyError(str(error)) from None
     trained = results.trained.get(run.algo)
     if trained is None:
         raise PolicyError(f"the results hold no trained states of {run.algo}: train it with fit() or bench.train, or "

@@ -15,12 +15,14 @@ last evaluation every run has reached.
 :meth:`Results.groups` splits the runs into groups of seeds (one algorithm and configuration each), what
 :mod:`imaginejax.report` and :mod:`imaginejax.figures` compute statistics over. Outside equality, a result
 knows where each algorithm's trained states are (in memory after training, the final checkpoints of a
-workspace read back), so :meth:`Results.policy` gives any run's :class:`~imaginejax.policy.Policy`.
+workspace read back), so :meth:`Results.policy` gives any run's :class:`~imaginejax.policy.Policy`, the run
+picked by its fields with :func:`find_run`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import os
 from pathlib import Path
@@ -202,6 +204,63 @@ def _config_labels(runs: Sequence[Run]) -> dict[int, str]:
         head = (f"{r.data} {r.ratio:g}" if r.data else "real only") if named else f"ratio {r.ratio:g}"
         labels[r.config] = ", ".join([head] + ([hp[r.config]] if hp[r.config] else []))
     return labels
+
+
+# ---------------------------------------------------------------------------------------------------
+# One run by its fields
+# ---------------------------------------------------------------------------------------------------
+REAL_ONLY = ("real", "real only", "")  # what names the real-only runs (data "" in a run table)
+SELECTORS = ("algo", "seed", "ratio", "data", "hp")
+
+
+def _selector(run: Run, field: str) -> str:
+    """``field=value`` of ``run`` as it is passed to :func:`find_run` (real-only data as ``'real'``)."""
+    value = getattr(run, field)
+    if field == "ratio":
+        return f"ratio={value:g}"
+    if field == "data":
+        return f"data={value or 'real'!r}"
+    return f"{field}={value!r}"
+
+
+def find_run(results: Results, algo: str | None = None, seed: int | None = None, ratio: float | None = None,
+             data: str | None = None, hp: Mapping[str, float] | None = None) -> Run:
+    """The one run of ``results`` that matches every given field; ``data`` is a source name
+    (``"imaginary/easy"``) or real only (``"real"``, ``"real only"`` or ``""``).
+
+    Raises:
+      ValueError: no run or several runs match. For several, the message gives the values the matches
+        differ in and the fewest fields that tell them apart; for none, every value each field takes.
+    """
+    wanted = "" if data in REAL_ONLY else data
+    runs = [r for r in results.runs
+            if (algo is None or r.algo == algo) and (seed is None or r.seed == seed)
+            and (ratio is None or r.ratio == float(ratio)) and (data is None or r.data == wanted)
+            and (hp is None or all(r.hp.get(k) == float(v) for k, v in hp.items()))]
+    if len(runs) == 1:
+        return runs[0]
+    asked = ", ".join(f"{k}={v!r}" for k, v in dict(algo=algo, seed=seed, ratio=ratio, data=data, hp=hp).items()
+                      if v is not None) or "no field given"
+    if not results.runs:
+        raise ValueError(f"0 runs match ({asked}): the results hold no runs")
+    pool = runs or list(results.runs)
+    values = {f: list(dict.fromkeys(_selector(r, f) for r in pool)) for f in SELECTORS}
+    if values["hp"] == ["hp={}"]:
+        del values["hp"]
+    if not runs:
+        raise ValueError(f"0 runs match ({asked}); the runs have "
+                         + "; ".join(" or ".join(v) for v in values.values()))
+    differ = [f for f in values if len(values[f]) > 1]
+    fewest = next((list(names) for n in range(1, len(differ) + 1) for names in itertools.combinations(differ, n)
+                   if len({tuple(_selector(r, f) for f in names) for r in runs}) == len(runs)), None)
+    if fewest is None:
+        raise ValueError(f"{len(runs)} runs match ({asked}) and agree in every field (runs "
+                         f"{', '.join(str(r.run) for r in runs)}): the results hold the same run more than once")
+    flags = ", ".join(f"--{f}" for f in fewest if f != "hp")
+    raise ValueError(f"{len(runs)} runs match ({asked}), differing in "
+                     + "; ".join(" or ".join(values[f]) for f in differ)
+                     + f": name one by adding {' and '.join(fewest)}"
+                     + (f" (imaginejax export: {flags})" if flags else ""))
 
 
 def _floats(values: Any) -> tuple[float, ...]:

@@ -477,3 +477,48 @@ def test_static_algorithm_options_reach_the_factory_and_bad_ones_are_named():
     assert load_config("clevr-quick").train.algo["combo"].options == {"config": {"rollout_batch": 2000}}
     with pytest.raises(ConfigError, match=r"train\.algo\.bc\.options\.x: bc has no such static option"):
         load_config("clevr-quick", ["train.algo.bc.options={x=1}"])
+
+
+def test_report_of_a_workspace_uses_its_report_settings_and_last_overrides_them(bench_run, tmp_path):
+    """``report WS`` without flags writes the table bench wrote (the workspace's report.last and
+    report.reps, not the defaults); ``--last N`` overrides report.last; ``--last 0`` is refused."""
+    import shutil
+
+    ws = tmp_path / "ws"
+    shutil.copytree(bench_run["root"] / "ws", ws)
+    # The workspace as created with --set report.last=1, its table written by bench (resumed at its end).
+    record = json.loads((ws / "workspace.json").read_text())
+    record["config"]["report"]["last"] = 1
+    (ws / "workspace.json").write_text(json.dumps(record))
+    argv = [str(ws) if arg == str(bench_run["root"] / "ws") else arg for arg in bench_run["bench_argv"]]
+    status, _, err = run(argv + ["--set", "report.last=1", "--set", "report.figures=false"])
+    assert status == 0, err
+    written = (ws / "results.md").read_text()
+    assert "over its last 1 evaluations" in written and "100 replicates" in written
+    status, out, err = run(["report", str(ws), "--no-figures"])
+    assert status == 0, err
+    assert (ws / "results.md").read_text() == written and out.strip() == written.strip()
+    # Both evaluations averaged: the table of the fixture's bench (report.last 5, of which there are 2).
+    status, out, err = run(["report", str(ws), "--last", "2", "--no-figures"])
+    assert status == 0, err
+    assert "over its last 2 evaluations" in out and out.strip() != written.strip()
+    assert out.strip() == bench_run["bench"][1].split("\n\nworkspace:")[0].strip()
+    status, _, err = run(["report", str(ws), "--last", "0"])
+    assert status == 2 and "--last must be >= 1, got 0" in err
+
+
+def test_export_takes_real_only_by_its_table_name_and_a_choice_names_exactly_the_matching_runs(bench_run, tmp_path):
+    ws = bench_run["root"] / "ws"
+    for name in ("real", "real only", ""):
+        status, out, err = run(["export", str(ws), "--seed", "1", "--data", name, "--out",
+                                str(tmp_path / (name or "empty"))])
+        assert status == 0, err
+        assert "policy of run 1 (seed 1, ratio 0, data real only)" in out
+    # Seed 0 holds 4 runs (real only and each novel level's oracle data): all of them, and no other.
+    status, _, err = run(["export", str(ws), "--seed", "0", "--out", str(tmp_path / "none")])
+    assert status == 2 and "seed=1" not in err
+    assert ("4 runs match (seed=0), differing in ratio=0 or ratio=0.5; data='real' or data='oracle/rephrase' or "
+            "data='oracle/easy' or data='oracle/hard': name one by adding data (imaginejax export: --data)") in err
+    status, _, err = run(["export", str(ws), "--seed", "7", "--out", str(tmp_path / "none")])
+    assert status == 2 and "0 runs match (seed=7); the runs have algo='bc'; seed=0 or seed=1;" in err
+    assert not (tmp_path / "none").exists()

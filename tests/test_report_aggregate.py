@@ -132,3 +132,32 @@ def test_report_refuses_two_workspaces_of_one_environment_and_a_path_outside_any
     (tmp_path / "bare").mkdir()
     assert main(["report", str(a), str(tmp_path / "bare")]) == 2
     assert "is in no workspace" in capsys.readouterr().err
+
+
+def _set_report_last(ws, last: int) -> None:
+    record = json.loads((ws / "workspace.json").read_text())
+    record["config"]["report"] = {"last": last}
+    (ws / "workspace.json").write_text(json.dumps(record))
+
+
+def test_report_takes_the_workspaces_report_last_when_they_agree_and_else_asks_for_it(tmp_path, capsys):
+    from imaginejax.cli import main
+
+    a = _workspace(tmp_path, "clevr", {"": [0.0, 1.0], "imaginary/easy": [1.0, 1.0]})
+    b = _workspace(tmp_path, "babyai", {"": [0.5, 0.5], "imaginary/easy": [0.5, 1.0]})
+    _set_report_last(a, 1)
+    _set_report_last(b, 1)
+    assert main(["report", str(a), str(b), "--reps", "50"]) == 0
+    assert f"clevr ({a}: last 1 evaluations up to 20 updates), babyai ({b}: last 1 " in capsys.readouterr().out
+    _set_report_last(b, 3)
+    assert main(["report", str(a), str(b), "--reps", "50"]) == 2
+    err = capsys.readouterr().err
+    assert f"the workspaces differ in report.last (1 in {a}, 3 in {b}): choose one with --last" in err
+    assert main(["report", str(a), str(b), "--reps", "50", "--last", "2"]) == 0
+    assert f"clevr ({a}: last 2 evaluations up to 20 updates)" in capsys.readouterr().out
+    # One sweep: its workspace's report.last; outside any workspace, the default (5: both evaluations here).
+    assert main(["report", str(a / "runs" / "bc"), "--reps", "50", "--no-figures"]) == 0
+    assert "over its last 1 evaluations" in capsys.readouterr().out
+    (a / "workspace.json").unlink()
+    assert main(["report", str(a / "runs" / "bc"), "--reps", "50", "--no-figures"]) == 0
+    assert "over its last 2 evaluations" in capsys.readouterr().out
