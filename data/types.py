@@ -72,6 +72,16 @@ class TrajectoryDataset:
     def num_trajectories(self) -> int:
         return int(self.states.shape[0])
 
+    def __repr__(self) -> str:
+        """Sizes, widths and dtypes instead of the arrays (equality still compares every field)."""
+        states, actions = np.asarray(self.states), np.asarray(self.actions)
+        action = f"{actions.dtype} (discrete)" if self.discrete else f"{actions.shape[-1]} {actions.dtype}"
+        goals, embeddings = np.asarray(self.goals), np.asarray(self.instruction_embeddings)
+        return (f"TrajectoryDataset(env={self.env!r}, level={self.level!r}, source={self.source!r}, "
+                f"{self.num_trajectories} trajectories × {self.horizon} steps ({self.num_transitions:,} valid), "
+                f"state {states.shape[-1]} {states.dtype}, action {action}, goal {goals.shape[-1]} {goals.dtype}, "
+                f"{len(self.instructions)} instructions, embedding {embeddings.shape[-1]} {embeddings.dtype})")
+
     @property
     def horizon(self) -> int:
         return int(self.mask.shape[1])

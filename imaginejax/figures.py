@@ -13,9 +13,10 @@ Output (:func:`write_figures`), everything under one directory:
   given, the random policy's success as a dashed line; ``bars.csv`` — the plotted numbers;
 * ``results.md`` — the plain table of :func:`imaginejax.report.table`;
 * ``protocol.png`` / ``protocol.csv`` — for sweeps whose runs name their data source, per level the
-  three data conditions side by side (:func:`imaginejax.report.protocol_rows`).
+  data conditions it has (real only, + imaginary, + oracle) side by side (:func:`imaginejax.report.protocol_rows`).
 
-Plots use matplotlib's non-interactive Agg backend (no display needed); matplotlib is imported only here.
+Each figure is built by its ``*_figure`` function and saved at :data:`DPI`. Plots use matplotlib's
+non-interactive Agg backend (no display needed); matplotlib is imported only here.
 """
 
 from __future__ import annotations
@@ -102,15 +103,27 @@ def _title(results: Results, groups: Sequence[Group], env: str | None, name: str
             f"{'/'.join(f'{u:,}' for u in updates)} updates, 95 % stratified-bootstrap intervals")
 
 
-def _save_curves(curves: Sequence[Mapping[str, Any]], groups: Sequence[Group], levels: Sequence[str], path: Path,
-                 title: str, name: str) -> None:
-    """One panel row per algorithm, one column per level; each condition of the algorithm a line with its band."""
+DPI = 150  # every figure: sharp when a README or a paper shrinks it
+FONT = 9  # points, legends and tick labels
+
+
+def _subplots(rows: int, cols: int, **kwargs: Any) -> tuple[Any, Any]:
+    """``plt.subplots`` with legible tick labels on every panel (always a 2-D array of axes)."""
     import matplotlib.pyplot as plt
 
+    fig, axes = plt.subplots(rows, cols, squeeze=False, **kwargs)
+    for ax in axes.flat:
+        ax.tick_params(labelsize=FONT)
+    return fig, axes
+
+
+def curves_figure(curves: Sequence[Mapping[str, Any]], groups: Sequence[Group], levels: Sequence[str],
+                  title: str, name: str) -> Any:
+    """One panel row per algorithm, one column per level; each condition of the algorithm a line with its band."""
     algos = list(dict.fromkeys(g.algo for g in groups))
     styles = _line_styles(groups)
-    fig, axes = plt.subplots(len(algos), len(levels), figsize=(2.9 * len(levels) + 2.6, 2.3 * len(algos) + 0.8),
-                             sharex=True, sharey=True, squeeze=False)
+    fig, axes = _subplots(len(algos), len(levels), figsize=(2.9 * len(levels) + 2.6, 2.3 * len(algos) + 0.8),
+                          sharex=True, sharey=True)
     for row, algo in enumerate(algos):
         for col, level in enumerate(levels):
             ax = axes[row][col]
@@ -131,28 +144,25 @@ def _save_curves(curves: Sequence[Mapping[str, Any]], groups: Sequence[Group], l
             if col == 0:
                 ax.set_ylabel(f"{algo}\nsuccess (%)")
         handles = {h.get_label(): h for ax in axes[row] for h in ax.get_legend_handles_labels()[0]}
-        axes[row][-1].legend(list(handles.values()), list(handles), fontsize="x-small", loc="upper left",
+        axes[row][-1].legend(list(handles.values()), list(handles), fontsize=FONT, loc="upper left",
                              bbox_to_anchor=(1.02, 1.0))
     note = ("; a novel level's panel shows real only and the runs that mixed in its own data"
             if any(g.data for g in groups) else "")
     fig.suptitle(f"{title}\n{name} success rate (%) against gradient updates{note}", fontsize="medium")
     fig.tight_layout()
-    _save(fig, path)
-    plt.close(fig)
+    return fig
 
 
-def _save_bars(bars: Sequence[Mapping[str, Any]], groups: Sequence[Group], levels: Sequence[str], path: Path,
-               title: str, name: str, floor: Mapping[str, float] | None) -> None:
+def bars_figure(bars: Sequence[Mapping[str, Any]], groups: Sequence[Group], levels: Sequence[str], title: str,
+                name: str, floor: Mapping[str, float] | None) -> Any:
     """One panel row per algorithm: per level one bar per configuration with its interval (colour and
     hatch as the curves' colour and line style), and the random policy's success as a dashed line."""
-    import matplotlib.pyplot as plt
-
     styles = _line_styles(groups)
     hatches = {"-": "", "--": "//", ":": "..", "-.": "xx"}
     algos = list(dict.fromkeys(g.algo for g in groups))
     most = max(sum(g.algo == a for g in groups) for a in algos)
-    fig, axes = plt.subplots(len(algos), 1, figsize=(min(18.0, max(6.4, 2.5 + 0.3 * len(levels) * most)),
-                                                     2.6 * len(algos) + 0.9), sharey=True, squeeze=False)
+    fig, axes = _subplots(len(algos), 1, figsize=(min(18.0, max(6.4, 2.5 + 0.3 * len(levels) * most)),
+                                                  2.6 * len(algos) + 0.9), sharey=True)
     centres = np.arange(len(levels))
     for ax, algo in zip(axes[:, 0], algos):
         mine = [g for g in groups if g.algo == algo]
@@ -173,42 +183,54 @@ def _save_bars(bars: Sequence[Mapping[str, Any]], groups: Sequence[Group], level
         ax.set_ylabel(f"{algo}\nfinal success (%)")
         ax.set_ylim(0, 105)
         ax.grid(alpha=0.3, axis="y")
-        ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
+        ax.legend(fontsize=FONT, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.suptitle(f"{title}\n{name} success rate (%) at the last evaluation", fontsize="medium")
     fig.tight_layout()
-    _save(fig, path)
-    plt.close(fig)
+    return fig
 
 
-def _save_protocol_figure(rows: Sequence[Mapping[str, Any]], levels: Sequence[str], path: Path, name: str) -> None:
-    """One panel per level; per algorithm (and hyperparameters, ratio) the three conditions as bars."""
-    import matplotlib.pyplot as plt
+def protocol_figure(rows: Sequence[Mapping[str, Any]], levels: Sequence[str], env: str | None, name: str) -> Any:
+    """The three-way comparison of :func:`imaginejax.report.protocol_rows`: one panel per level with rows, a
+    tick per algorithm (and hyperparameters, ratio) and its conditions' bars centred on the tick.
 
+    Only the conditions present are drawn (the train level has real only). A panel's width follows its
+    widest group of bars, so every bar in the figure is equally wide.
+    """
     colours = {"real": "#7f7f7f", "imaginary": "#1f77b4", "oracle": "#2ca02c"}
-    fig, axes = plt.subplots(1, len(levels), figsize=(3.2 * len(levels) + 1.5, 3.6), sharey=True, squeeze=False)
-    for ax, level in zip(axes[0], levels):
-        mine = [r for r in rows if r["level"] == level]
-        keys = list(dict.fromkeys((r["algo"], r["hp"], r["ratio"]) for r in mine))
-        width = 0.8 / len(CONDITIONS)
-        for c, condition in enumerate(CONDITIONS):
-            for k, key in enumerate(keys):
-                r = next((r for r in mine if (r["algo"], r["hp"], r["ratio"]) == key and r["condition"] == condition),
-                         None)
-                if r is None:
-                    continue
-                ax.bar(k - 0.4 + (c + 0.5) * width, 100 * r["point"], width,
+    panels: dict[str, dict[tuple, list]] = {}  # level -> tick (algo, hp, ratio) -> its rows, in CONDITIONS order
+    for r in sorted(rows, key=lambda r: list(CONDITIONS).index(r["condition"])):
+        panels.setdefault(r["level"], {}).setdefault((r["algo"], r["hp"], r["ratio"]), []).append(r)
+    levels = [lv for lv in levels if lv in panels]
+    several_ratios = len({r["ratio"] for r in rows}) > 1
+    # A tick's slot holds its level's widest group of bars, and at least two bar widths for the tick label.
+    slots = [max(2, *map(len, panels[lv].values())) for lv in levels]
+    widths = [len(panels[lv]) * slot for lv, slot in zip(levels, slots)]
+    fig, axes = _subplots(1, len(levels), sharey=True, layout="constrained", figsize=(0.6 * sum(widths) + 1.2, 4.0),
+                          gridspec_kw={"width_ratios": widths})
+    for ax, level, slot in zip(axes[0], levels, slots):
+        width = 0.8 / slot
+        for tick, cell in enumerate(panels[level].values()):
+            for i, r in enumerate(cell):
+                ax.bar(tick + (i - (len(cell) - 1) / 2) * width, 100 * r["point"], width,
                        yerr=[[100 * max(r["point"] - r["low"], 0)], [100 * max(r["high"] - r["point"], 0)]],
-                       capsize=2, color=colours[condition], label=CONDITIONS[condition] if k == 0 else None)
-        ax.set_xticks(range(len(keys)), [k[0] + (f"\n{k[1]}" if k[1] else "") for k in keys], fontsize="small")
+                       capsize=2, color=colours[r["condition"]], label=CONDITIONS[r["condition"]])
+        ax.set_xticks(range(len(panels[level])), [algo + (f"\n{hp}" if hp else "") + (f"\nratio {ratio:g}" if
+                                                  several_ratios else "") for algo, hp, ratio in panels[level]])
+        ax.set_xlim(-0.5, len(panels[level]) - 0.5)
         ax.set_title(level)
         ax.set_ylim(0, 105)
         ax.grid(alpha=0.3, axis="y")
-    axes[0][0].set_ylabel(f"success rate (%), {name} over seeds")
+    axes[0][0].set_ylabel(f"{name} success rate (%)")
     handles = {h.get_label(): h for ax in axes[0] for h in ax.get_legend_handles_labels()[0]}
-    fig.legend(list(handles.values()), list(handles), loc="upper center", ncol=3, fontsize="small",
-               bbox_to_anchor=(0.5, 1.08))
-    _save(fig, path)
-    plt.close(fig)
+    order = [label for label in CONDITIONS.values() if label in handles]
+    fig.legend([handles[label] for label in order], order, loc="outside lower center", ncol=len(order), fontsize=FONT)
+    seeds = "/".join(str(n) for n in sorted({r["n"] for r in rows}))
+    last = "/".join(str(k) for k in sorted({r["evaluations"] for r in rows}))
+    steps = "/".join(f"{s:,}" for s in sorted({r["step"] for r in rows}))
+    fig.suptitle(f"{env + ': ' if env else ''}success per level, {' / '.join(order)} ({name}, 95 % CI)\n"
+                 f"{name} over {seeds} seeds of each run's mean over its last {last} evaluations ({steps} updates), "
+                 "stratified-bootstrap intervals", fontsize="medium")
+    return fig
 
 
 PERCENT = ("point", "low", "high", "mean")
@@ -224,8 +246,12 @@ def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
 
 
 def _save(fig: Any, path: Path) -> None:
+    """Writes ``fig`` at :data:`DPI` and closes it."""
+    import matplotlib.pyplot as plt
+
     with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=110, bbox_inches="tight")
+        fig.savefig(tmp, dpi=DPI, bbox_inches="tight")
+    plt.close(fig)
 
 
 def write_figures(results: Results, out_dir: str | os.PathLike[str], *, statistic: str = "iqm", reps: int = 2000,
@@ -268,16 +294,16 @@ def write_figures(results: Results, out_dir: str | os.PathLike[str], *, statisti
 
     curves = curve_rows(groups, levels, statistic, reps, seed)
     _write_csv(written["curves_csv"], curves)
-    _save_curves(curves, groups, levels, written["curves"], title, name)
+    _save(curves_figure(curves, groups, levels, title, name), written["curves"])
     bars = final_rows(groups, levels, statistic, reps, seed)
     _write_csv(written["bars_csv"], bars)
-    _save_bars(bars, groups, levels, written["bars"], title, name, floor)
+    _save(bars_figure(bars, groups, levels, title, name, floor), written["bars"])
 
     protocol = protocol_rows(groups, levels, statistic, reps, seed, last)
     if protocol:
         _write_csv(out / "protocol.csv", protocol)
         written["protocol_csv"] = out / "protocol.csv"
-        _save_protocol_figure(protocol, levels, out / "protocol.png", name)
+        _save(protocol_figure(protocol, levels, env, name), out / "protocol.png")
         written["protocol"] = out / "protocol.png"
 
     write_text(out / "results.md", table(results, statistic, reps, seed, three_way=False) + "\n")

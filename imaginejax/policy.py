@@ -138,6 +138,18 @@ class Policy:
         return cls(algo=algo, spec=spec, net=net, options=dict(options), env=env,
                    encoder=encoder_record(spec.embed_dim), provenance=dict(provenance), tensors=tensors)
 
+    def __repr__(self) -> str:
+        """What it acts on and where it comes from; the tensors counted, not printed."""
+        spec, origin = self.spec, self.provenance
+        actions = f"{spec.action_dim} {'discrete' if spec.discrete else 'continuous'}"
+        parameters = sum(int(np.prod(np.shape(a))) for a in self.tensors.values())
+        where = "".join(f", {k}={origin[k]!r}" for k in ("run", "seed", "ratio", "data", "steps") if k in origin)
+        return (f"Policy(algo={self.algo!r}, env={self.env!r}, obs_dim={spec.obs_dim} (state {spec.state_dim} + "
+                f"embedding {spec.embed_dim}), actions={actions}, net={self.net}"
+                + (f", options={self.options}" if self.options else "")
+                + f", encoder={self.encoder and self.encoder['model']!r}, "
+                f"{len(self.tensors)} tensors ({parameters:,} parameters){where})")
+
     # -- running it ----------------------------------------------------------------------------
     @functools.cached_property
     def algorithm(self) -> Algorithm:

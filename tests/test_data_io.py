@@ -441,3 +441,13 @@ def test_dataset_error_is_a_picklable_value_error() -> None:
     assert (again.field, again.problem, again.fix, again.path, str(again)) == (
         "rewards", "3 non-finite values", "drop them", "/x", str(err))
     assert str(err) == "field 'rewards': 3 non-finite values; fix: drop them (dataset at /x)"
+
+
+def test_repr_summarises_the_dataset_instead_of_printing_its_arrays() -> None:
+    discrete, continuous = make_dataset(n=200, t=50), make_dataset(False, n=200, t=50)
+    assert repr(discrete) == ("TrajectoryDataset(env='clevr', level='rephrase', source='imaginary', 200 trajectories "
+                              f"× 50 steps ({discrete.num_transitions:,} valid), state 4 float32, action int32 "
+                              "(discrete), goal 2 int32, 3 instructions, embedding 5 float32)")
+    assert len(repr(continuous)) < 500 and "env='halfcheetah'" in repr(continuous)
+    assert "action 3 float32, goal 2 float32" in repr(continuous)
+    assert discrete == discrete and dataclasses.replace(discrete, level="easy") != discrete  # equality unchanged

@@ -172,3 +172,76 @@ def test_missing_matplotlib_names_the_install(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # makes the import fail like a missing package
     with pytest.raises(MissingDependency, match=r"pip install 'imaginejax\[figures\]'.*report\.figures=false"):
         figures.write_figures(results, tmp_path / "fig", reps=10)
+
+
+def write_protocol_sweep(run_dir: Path, algo: str, data: tuple[str, ...]) -> None:
+    """A sweep over data sources, 4 seeds per source: real only (ratio 0) and the named ones (ratio 0.5)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    n = 4 * len(data)
+    table = [{"run": run, "config": run // 4, "seed": run % 4, "ratio": 0.5 if data[run // 4] else 0.0,
+              "hp": {"learning_rate": 1e-3}, "data": data[run // 4]} for run in range(n)]
+    (run_dir / "sweep.json").write_text(json.dumps({"runs": table, "algo": algo}))
+    log = MetricsLog(run_dir)
+    success = np.linspace(0.1, 0.9, n)
+    for interval, step in zip((1, 2), STEPS):
+        log.write_interval(0, interval, step, 1.0, np.arange(n), np.ones(n, bool), {"loss": np.ones(n)},
+                           {"train": success, "hard": success[::-1]}, {"train": np.zeros(n), "hard": np.zeros(n)})
+
+
+def test_figures_are_saved_sharp_with_legible_legends(tmp_path):
+    from PIL import Image
+
+    write_protocol_sweep(tmp_path / "ws" / "runs" / "bc", "bc", ("", "imaginary/hard", "oracle/hard"))
+    results = load_sweep(tmp_path / "ws")
+    written = figures.write_figures(results, tmp_path / "fig", reps=50, env="clevr")
+    assert figures.DPI >= 150 and figures.FONT >= 9
+    for name in ("curves", "bars", "protocol"):
+        dpi = Image.open(written[name]).info["dpi"]  # from the PNG's pHYs chunk
+        assert dpi == pytest.approx((figures.DPI, figures.DPI), abs=0.5), name
+
+    groups, levels = results.groups(), results.levels
+    built = [figures.curves_figure(figures.curve_rows(groups, levels, reps=20), groups, levels, "t", "IQM"),
+             figures.bars_figure(figures.final_rows(groups, levels, reps=20), groups, levels, "t", "IQM", None),
+             figures.protocol_figure(figures.protocol_rows(groups, levels, reps=20), levels, "clevr", "IQM")]
+    protocol = built[-1]
+    protocol.canvas.draw()
+    # Bars are equally wide on the page in every panel (train holds one per tick, hard three).
+    widths = [ax.patches[0].get_width() * ax.get_position().width / np.ptp(ax.get_xlim()) for ax in protocol.axes]
+    assert [len(ax.patches) for ax in protocol.axes] == [1, 3] and widths == pytest.approx([widths[0]] * 2)
+    for fig in built:
+        legends = [ax.get_legend() for ax in fig.axes if ax.get_legend()] + fig.legends
+        assert legends and all(t.get_fontsize() >= 9 for lg in legends for t in lg.get_texts())
+        fig.canvas.draw()
+        labels = [t for ax in fig.axes for t in ax.get_xticklabels() + ax.get_yticklabels() if t.get_text()]
+        assert labels and all(t.get_fontsize() >= 9 for t in labels)
+    import matplotlib.pyplot as plt
+
+    for fig in built:
+        plt.close(fig)
+
+
+def test_protocol_figure_draws_the_conditions_present_centred_on_their_ticks(tmp_path):
+    """No oracle runs, and the train level with real only: no empty slots, each group of bars centred on
+    its tick, the title naming the environment, the conditions and the statistic."""
+    import matplotlib.pyplot as plt
+
+    for algo in ("bc", "cql"):
+        write_protocol_sweep(tmp_path / "ws" / "runs" / algo, algo, ("", "imaginary/hard"))
+    results = load_sweep(tmp_path / "ws")
+    groups, levels = results.groups(), results.levels
+    rows = figures.protocol_rows(groups, levels, reps=20)
+    fig = figures.protocol_figure(rows, levels, "clevr", "IQM")
+    assert [ax.get_title() for ax in fig.axes] == ["train", "hard"]
+    for ax, present in zip(fig.axes, (1, 2)):  # train: real only; hard: real only, + imaginary
+        ticks = list(ax.get_xticks())
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["bc", "cql"]
+        centres = sorted(p.get_x() + p.get_width() / 2 for p in ax.patches)
+        assert len(centres) == present * len(ticks)
+        for i, tick in enumerate(ticks):
+            assert np.mean(centres[i * present:(i + 1) * present]) == pytest.approx(tick)
+        assert ax.get_xlim() == pytest.approx((ticks[0] - 0.5, ticks[-1] + 0.5))
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["real only", "real + imaginary"]
+    title = fig.get_suptitle()
+    assert title.startswith("clevr: success per level, real only / real + imaginary (IQM, 95 % CI)")
+    assert "oracle" not in title and "4 seeds" in title
+    plt.close(fig)

@@ -171,3 +171,14 @@ def test_observations_of_the_wrong_width_are_refused(exported):
         policy.predict(np.zeros((2, 10), np.float32))
     with pytest.raises(PolicyError, match="conditioned on an instruction"):
         policy.act(np.zeros((2, 10), np.float32))
+
+
+def test_repr_summarises_the_policy_instead_of_printing_its_tensors(exported):
+    policy = Policy.load(exported / "policy")
+    text = repr(policy)
+    parameters = sum(a.size for a in policy.tensors.values())
+    assert len(text) < 500, text
+    for fact in ("algo='bc'", "env='clevr'", "obs_dim=394 (state 10 + embedding 384)", "actions=40 discrete",
+                 "hidden=(32, 32)", "encoder='all-MiniLM-L6-v2'",
+                 f"{len(policy.tensors)} tensors ({parameters:,} parameters)", "run=0, seed=0, ratio=0.0, data='', steps=100"):
+        assert fact in text, fact
