@@ -13,6 +13,8 @@ stay in the returned :class:`~imaginejax.results.Results`).
 
 from __future__ import annotations
 
+import difflib
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -22,6 +24,7 @@ from imaginejax import algos as algo_registry
 from imaginejax import distributed
 from imaginejax.config import Config, ConfigError, apply_override, from_dict, read_preset, validate
 from imaginejax.data import TrajectoryDataset, save_dataset
+from imaginejax.paths import absolute
 from imaginejax.results import Results
 
 DataArg = str | os.PathLike[str] | TrajectoryDataset
@@ -33,8 +36,30 @@ ARGUMENTS = {"algo": "train.algos", "env": "data.env", "seeds": "train.seeds", "
 
 def _hp_section(hp: Mapping[str, Any], names: Sequence[str]) -> dict[str, dict[str, Any]]:
     """``hp`` -> ``train.algo.<name>`` tables: fixed values under ``hp``, lists under ``sweep``. Keyed by
-    algorithm names it is per algorithm, else it applies to every algorithm of ``names``."""
-    per_algo = all(k in algo_registry.registered() for k in hp) and bool(hp)
+    algorithm names it is per algorithm, else it applies to every algorithm of ``names``.
+
+    Raises:
+      ConfigError: a table for an algorithm not trained, a table under a name that is no algorithm, or
+        algorithm tables mixed with hyperparameter values.
+    """
+    known = algo_registry.registered()
+    for key, value in hp.items():
+        if isinstance(value, Mapping) and key not in known:
+            close = difflib.get_close_matches(str(key), known, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise ConfigError(f"fit(): hp[{key!r}] is a table but {key!r} is not an algorithm; {hint}registered: "
+                              f"{', '.join(known)}")
+    tables_given = [k for k, v in hp.items() if isinstance(v, Mapping)]
+    if tables_given and len(tables_given) < len(hp):
+        values = [k for k in hp if k not in tables_given]
+        raise ConfigError(f"fit(): hp mixes algorithm tables ({', '.join(tables_given)}) with values "
+                          f"({', '.join(values)}): give hp={{name: {{hyperparameter: value}}}} for every algorithm, "
+                          "or {hyperparameter: value} for all of them")
+    unused = [k for k in tables_given if k not in names]
+    if unused:
+        raise ConfigError(f"fit(): hp has tables for {', '.join(map(repr, unused))}, which algo={list(names)} does "
+                          f"not train: add them to algo or drop them from hp")
+    per_algo = bool(tables_given)
     tables = {}
     for name in names:
         mine = dict(hp.get(name, {})) if per_algo else dict(hp)
@@ -59,22 +84,35 @@ def _paths(datasets: DataArg | Sequence[DataArg] | None, kind: str, folder: Path
             if not (Path(item) / "manifest.json").is_file():
                 raise ConfigError(f"{kind}: {item} is not a dataset directory (no manifest.json): pass directories "
                                   "written by imaginejax collect / save_dataset, or TrajectoryDataset objects")
-            out.append(Path(item))
+            out.append(absolute(item))
         else:
             raise ConfigError(f"{kind}: expected dataset directories or TrajectoryDataset objects, got "
                               f"{type(item).__name__}")
     return out
 
 
+def _toml(value: Any) -> str:
+    """A Python value as the TOML text of a ``--set`` value (numbers, booleans, strings, lists of them)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    if isinstance(value, str):
+        return json.dumps(value)
+    return repr(value)
+
+
 def configure(algo: str | Sequence[str], env: str, *, imaginary: bool, seeds: int, ratios: Sequence[float] | None,
               hp: Mapping[str, Any] | None, updates: int, intervals: int, batch_size: int,
               eval_levels: Sequence[str] | None, eval_episodes: int, preset: str | None,
-              overrides: Sequence[str]) -> Config:
+              overrides: Sequence[str] | Mapping[str, Any]) -> Config:
     """The configuration :func:`fit` trains with (``imaginary``: imaginary datasets are given).
 
     Raises:
       ConfigError: naming fit's argument (or the ``overrides`` key) and the fix.
     """
+    from imaginejax.bench import check_algorithms
+
     names = [algo] if isinstance(algo, str) else list(algo)
     raw: dict[str, Any] = read_preset(preset) if preset else {}
     raw.setdefault("name", Path(preset).stem if preset else "fit")
@@ -91,11 +129,17 @@ def configure(algo: str | Sequence[str], env: str, *, imaginary: bool, seeds: in
             current = train.setdefault("algo", {}).setdefault(name, {})
             current.setdefault("hp", {}).update(table["hp"])
             current.setdefault("sweep", {}).update(table["sweep"])
+    if isinstance(overrides, (str, bytes)):
+        raise ConfigError(f"fit(): overrides is one string {overrides!r}: give a list of 'KEY=VALUE' strings, "
+                          f"e.g. overrides=[{overrides!r}], or a dict {{KEY: value}}")
+    if isinstance(overrides, Mapping):
+        overrides = [f"{key}={_toml(value)}" for key, value in overrides.items()]
     try:
         for assignment in overrides:
             raw = apply_override(raw, assignment)
         config = from_dict(Config, raw)
         validate(config)
+        check_algorithms(config)
     except ConfigError as error:
         message = str(error)
         for argument, field in ARGUMENTS.items():
@@ -109,7 +153,7 @@ def fit(algo: str | Sequence[str] = "bc", env: str = "clevr",
         real: DataArg | Sequence[DataArg] | None = None, imaginary: DataArg | Sequence[DataArg] | None = None, *,
         seeds: int = 1, ratios: Sequence[float] | None = None, hp: Mapping[str, Any] | None = None,
         updates: int = 1000, intervals: int = 4, batch_size: int = 256, eval_levels: Sequence[str] | None = None,
-        eval_episodes: int = 40, preset: str | None = None, overrides: Sequence[str] = (),
+        eval_episodes: int = 40, preset: str | None = None, overrides: Sequence[str] | Mapping[str, Any] = (),
         out: str | os.PathLike[str] | None = None, log: Callable[[str], None] | None = None) -> Results:
     """Trains ``algo`` (one name or several) on ``env`` and returns every run.
 
@@ -127,7 +171,7 @@ def fit(algo: str | Sequence[str] = "bc", env: str = "clevr",
       eval_levels: levels evaluated after every interval (None: every level).
       eval_episodes: episodes per level per evaluation (rounded up to whole rounds of the level's tasks).
       preset: a preset of ``experiments/presets`` under the arguments (network widths, per-algorithm hp).
-      overrides: ``"key=value"`` strings on top, as ``--set`` of the command line.
+      overrides: ``"key=value"`` strings on top, as ``--set`` of the command line, or ``{key: value}``.
       out: the workspace (kept, resumable); None: a temporary one. Under several processes
         (:mod:`imaginejax.distributed`) every process trains; ``out`` is then required, on storage all see.
       log: message sink (default: stderr).
@@ -149,7 +193,7 @@ def fit(algo: str | Sequence[str] = "bc", env: str = "clevr",
                        updates=updates, intervals=intervals, batch_size=batch_size, eval_levels=eval_levels,
                        eval_episodes=eval_episodes, preset=preset, overrides=overrides)
     with tempfile.TemporaryDirectory(prefix="imaginejax-fit-") as scratch:
-        workspace = Path(out) if out is not None else Path(scratch)
+        workspace = absolute(out if out is not None else scratch)
         real_paths = distributed.writer_first(lambda: _paths(real, "real", workspace / "data"))
         imaginary_paths = distributed.writer_first(lambda: _paths(imaginary, "imaginary", workspace / "data"))
         outcome = bench.train(config, workspace, real_paths=real_paths, imaginary_paths=imaginary_paths,

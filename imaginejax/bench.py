@@ -59,6 +59,7 @@ from imaginejax import distributed
 from imaginejax import envs
 from imaginejax.algos.base import Spec
 from imaginejax.algos.networks import NetConfig
+from imaginejax.checkpoint import Interrupted
 from imaginejax.config import Config, ConfigError, data_conditions, imagined_levels, level_episodes
 from imaginejax.data import (EnvFacts, TrajectoryDataset, concat_transitions, load_dataset, read_manifest,
                              save_dataset, to_transitions, validate_for_env)
@@ -67,9 +68,9 @@ from imaginejax.data.collect import Policy, collect
 from imaginejax.data.types import Transitions
 from imaginejax.engine import EngineConfig, make_train
 from imaginejax.files import write_json, write_text
-from imaginejax.lang import encode_instructions
-from imaginejax.paths import cache_root
-from imaginejax.progress import IntervalProgress, MetricSinks, format_seconds
+from imaginejax.lang import EMBED_DIM, encode_instructions
+from imaginejax.paths import absolute, cache_root
+from imaginejax.progress import IntervalProgress, MetricSinks, count, format_seconds
 from imaginejax.report import table
 from imaginejax.results import SOURCES_FILE, Results, TrainedRuns, from_sweep, save_task_success, task_names
 from imaginejax.sweep import Sweep, run_sweep
@@ -159,7 +160,7 @@ def cached_expert_data(env_name: str, level: str, episodes: int, seed: int, epsi
 
 def data_root(config: Config) -> Path:
     """``data.dir``, or ``$IMAGINEJAX_HOME/data``."""
-    return Path(config.data.dir).expanduser() if config.data.dir else cache_root() / "data"
+    return absolute(config.data.dir) if config.data.dir else cache_root() / "data"
 
 
 def real_data(config: Config, log: Log = log_stderr) -> list[TrajectoryDataset]:
@@ -224,7 +225,7 @@ def mixed_sources(config: Config, real: Sequence[TrajectoryDataset], out_dir: st
     per_condition: dict[str, list[TrajectoryDataset]] = {}
     if imaginary_paths or "imaginary" in conditions:
         if imaginary_paths:
-            datasets = load_datasets(imaginary_paths, "imaginary", env_name)
+            datasets = load_datasets(imaginary_paths, "imaginary", env_name, log)
         else:
             datasets = imaginary_data(config, real, Path(out_dir) / "imaginary", log)
         per_condition["imaginary"] = filter_imaginary(config, datasets, log)
@@ -247,7 +248,8 @@ def mixed_sources(config: Config, real: Sequence[TrajectoryDataset], out_dir: st
     return sources
 
 
-def load_datasets(paths: Sequence[str | Path], source: str, env_name: str) -> list[TrajectoryDataset]:
+def load_datasets(paths: Sequence[str | Path], source: str, env_name: str,
+                  log: Log = _quiet) -> list[TrajectoryDataset]:
     """Datasets from directories, checked to be of ``env_name`` and ``source``.
 
     Raises:
@@ -262,6 +264,7 @@ def load_datasets(paths: Sequence[str | Path], source: str, env_name: str) -> li
         if ds.source != source:
             raise ConfigError(f"{path} holds {ds.source} data, expected {source} here: pass it with "
                               f"--{'real' if ds.source == 'real' else 'imaginary'}")
+        log(f"  {ds.env}/{ds.level}: {ds.num_trajectories} {source} trajectories from {path}")
         out.append(ds)
     return out
 
@@ -364,6 +367,14 @@ def evaluation_levels(config: Config) -> dict[str, tuple[Any, Any]]:
             for level in config.train.eval_levels or envs.ENV_LEVELS[config.data.env]}
 
 
+def env_interface(config: Config) -> Spec:
+    """The algorithms' view of the configured environment, from the environment alone (no data, no
+    sentence encoder: E is the encoder's width when ``data.embed``, else 0)."""
+    facts = EnvFacts.of(envs.make(config.data.env, "train")[0], legality=False)
+    return Spec(state_dim=facts.state_dim, embed_dim=EMBED_DIM if config.data.embed else 0,
+                discrete=facts.discrete, action_dim=int(facts.num_actions if facts.discrete else facts.action_dim))
+
+
 def interface(real: TrajectoryDataset, eval_levels: dict[str, tuple[Any, Any]]) -> Spec:
     """The algorithms' view of the environment, from the real data, checked against the evaluation levels.
 
@@ -425,29 +436,16 @@ def train_algorithm(config: Config, name: str, spec: Spec, eval_levels: dict[str
     """
     t = config.train
     settings = t.algo.get(name)
-    net, options = algorithm_shapes(config, name)
-    try:
-        algo = algo_registry.make(name, spec, net, **options)
-    except (ValueError, TypeError) as error:
-        raise ConfigError(f"train.algo.{name}.options: {error}") from None
-    batch_size = settings.batch_size if settings is not None and settings.batch_size else t.batch_size
-    engine = EngineConfig(batch_size=batch_size, updates_per_interval=t.updates // t.intervals,
-                          num_intervals=t.intervals, eval_episodes=t.eval_episodes, run_block=t.run_block or None)
-    trainer = make_train(algo, spec, engine, eval_levels)
-    base_hp = algo.default_hp(spec)
-    grid: dict[str, Sequence[float]] = {}
-    if settings is not None:
-        grid.update({k: [v] for k, v in settings.hp.items()})
-        grid.update({k: list(v) for k, v in settings.sweep.items()})
     data = ([""] if "real" in data_conditions(config) else []) + list(imag)
     if not data:
         raise ConfigError(f"train.conditions {list(t.conditions)} leave nothing to train: no imaginary or oracle data "
                           "was produced (check imagine.source, train.ratios and the datasets given)")
-    sweep = Sweep.grid(seeds=t.seeds, ratios=t.ratios, hp=grid, data=data)
-    try:
-        sweep.build(base_hp)
-    except ValueError as error:
-        raise ConfigError(f"train.algo.{name}: {error}") from None
+    algo, base_hp, sweep = algorithm_sweep(config, name, spec, data)
+    batch_size = settings.batch_size if settings is not None and settings.batch_size else t.batch_size
+    engine = EngineConfig(batch_size=batch_size, updates_per_interval=t.updates // t.intervals,
+                          num_intervals=t.intervals, eval_episodes=t.eval_episodes, run_block=t.run_block or None)
+    trainer = make_train(algo, spec, engine, eval_levels)
+    net, options = algorithm_shapes(config, name)
     run_dir, writer = Path(run_dir), distributed.is_writer()
     if writer:
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -459,9 +457,10 @@ def train_algorithm(config: Config, name: str, spec: Spec, eval_levels: dict[str
                                 mode=config.logging.progress if writer else "off",
                                 log_file=run_dir / "train.log" if writer else None, on_interval=sinks.sync)
     episodes = eval_episodes(config, eval_levels)
-    log(f"{name}: {sweep.num_runs} runs ({t.seeds} seeds × {sweep.num_runs // t.seeds} configurations: "
+    log(f"{name}: {count(sweep.num_runs, 'run')} ({count(t.seeds, 'seed')} × "
+        f"{count(sweep.num_runs // t.seeds, 'configuration')}: "
         f"{', '.join(d or 'real only' for d in data)}), {t.updates} updates each, batch {batch_size}, "
-        f"{t.intervals} evaluations of {', '.join(f'{lv} {n}' for lv, n in episodes.items())} episodes "
+        f"{count(t.intervals, 'evaluation')} of {', '.join(f'{lv} {n}' for lv, n in episodes.items())} episodes "
         f"(every task equally often) -> {run_dir}")
     progress.compiling()
     try:
@@ -478,6 +477,45 @@ def train_algorithm(config: Config, name: str, spec: Spec, eval_levels: dict[str
     trained = TrainedRuns(env=config.data.env, spec=spec, net=net, options=options, states=result.result.state.algo,
                           runs=tuple(range(sweep.num_runs)))
     return dataclasses.replace(results, trained={name: trained})
+
+
+def algorithm_sweep(config: Config, name: str, spec: Spec, data: Sequence[str]) -> tuple[Any, Any, Sweep]:
+    """Algorithm ``name`` built as configured (``train.algo.<name>.options``), its hp for one run, and the
+    sweep of ``train.seeds`` × its ``hp`` / ``sweep`` grid × ``data`` × ``train.ratios``, checked by building it.
+
+    Raises:
+      ConfigError: an unknown option or hyperparameter, or a value of the wrong kind, named with the fix.
+    """
+    t = config.train
+    settings = t.algo.get(name)
+    net, options = algorithm_shapes(config, name)
+    try:
+        algo = algo_registry.make(name, spec, net, **options)
+    except (ValueError, TypeError) as error:
+        raise ConfigError(f"train.algo.{name}.options: {error}") from None
+    base_hp = algo.default_hp(spec)
+    grid: dict[str, Sequence[float]] = {}
+    if settings is not None:
+        grid.update({k: [v] for k, v in settings.hp.items()})
+        grid.update({k: list(v) for k, v in settings.sweep.items()})
+    sweep = Sweep.grid(seeds=t.seeds, ratios=t.ratios, hp=grid, data=list(data))
+    try:
+        sweep.build(base_hp)
+    except ValueError as error:
+        raise ConfigError(f"train.algo.{name}: {error}") from None
+    return algo, base_hp, sweep
+
+
+def check_algorithms(config: Config) -> None:
+    """Builds every algorithm to train and every one ``train.algo`` configures, with its hyperparameters,
+    from the environment alone: a misspelled option or hyperparameter is refused before any data work.
+
+    Raises:
+      ConfigError: as :func:`algorithm_sweep`.
+    """
+    spec = env_interface(config)
+    for name in dict.fromkeys((*algorithm_names(config, spec), *config.train.algo)):
+        algorithm_sweep(config, name, spec, [""])
 
 
 def algorithm_shapes(config: Config, name: str) -> tuple[NetConfig | None, dict[str, Any]]:
@@ -542,11 +580,20 @@ def open_workspace(out: str | Path, config: Config) -> Path:
     record_path = out / WORKSPACE_FILE
     key = _results_key(config)
     if record_path.exists():
-        old = json.loads(record_path.read_text())
+        try:
+            old = json.loads(record_path.read_text())
+        except ValueError as error:
+            raise ConfigError(f"{record_path} is damaged ({error}): it records the workspace's configuration; "
+                              "restore it, or train into a new --out") from None
         diff = _differences(old.get("key"), key)
         if diff:
             raise ConfigError(f"{out} was created with another configuration ({'; '.join(diff)}): re-run with the "
                               "same preset and --set values to resume it, or choose a new --out")
+        report_section = config.to_json()["report"]
+        if old["config"].get("report") != report_section and distributed.is_writer():
+            # The report settings change no result: the latest ones are what `imaginejax report` reuses.
+            old["config"]["report"] = report_section
+            write_json(record_path, old)
     else:
         out.mkdir(parents=True, exist_ok=True)
         write_json(record_path, {"key": key, "config": config.to_json(), "data": {}})
@@ -586,7 +633,7 @@ def source_summary(datasets: Sequence[TrajectoryDataset]) -> dict[str, Any]:
 ROUGH_SECONDS = {"compile": 90.0, "sample": 2e-7, "eval_step": 1e-5, "rollout": 2.0, "finetune_step": 1.5}
 
 
-def plan(config: Config, out: str | Path, *, imaginary_given: bool = False, real_given: bool = False) -> str:
+def plan(config: Config, out: str | Path, *, imaginary_paths: Sequence[str | Path] = (), real_given: bool = False) -> str:
     """What :func:`train` is about to do, before it does it: data, imaginer (fine-tuned or loaded, and how
     to skip fine-tuning), algorithms, runs, levels, evaluation episodes, updates, and a rough time
     estimate from these sizes (``ROUGH_SECONDS`` per unit of work; compilation dominates small runs)."""
@@ -597,11 +644,13 @@ def plan(config: Config, out: str | Path, *, imaginary_given: bool = False, real
     bare_levels = {lv: envs.make(d.env, lv) for lv in levels}
     algos = tuple(t.algos) or algo_registry.registered(bool(next(iter(bare_levels.values()))[0].discrete))
     conditions = data_conditions(config)
-    novel = [lv for lv in envs.ENV_LEVELS[d.env] if lv != "train"]
+    imaginary_given = bool(imaginary_paths)
+    given_levels = sorted({read_manifest(path)["level"] for path in imaginary_paths})
     sources = [""] if "real" in conditions else []
     for condition in ("imaginary", "oracle"):
         if condition in conditions or (condition == "imaginary" and imaginary_given):
-            sources += [f"{condition}/pooled"] if t.protocol == "pooled" else [f"{condition}/{lv}" for lv in novel]
+            levels_of = given_levels if condition == "imaginary" and imaginary_given else imagined_levels(config)
+            sources += [f"{condition}/pooled"] if t.protocol == "pooled" else [f"{condition}/{lv}" for lv in levels_of]
     ratios = max(1, len([r for r in t.ratios if r > 0]))
     configs = ("real" in conditions) + (len(sources) - ("real" in conditions)) * ratios
     runs = t.seeds * configs  # per algorithm, before swept hyperparameters
@@ -635,10 +684,10 @@ def plan(config: Config, out: str | Path, *, imaginary_given: bool = False, real
         lines.append(f"  oracle data: expert rollouts of {', '.join(imagined)} (cached)")
     lines += [f"  algorithms: {', '.join(algos)}" + ("" if t.algos else " (every registered one; choose with --algo "
                                                      "or train.algos)"),
-              f"  runs: {runs} per algorithm ({t.seeds} seeds × {configs} data configurations"
+              f"  runs: {runs} per algorithm ({count(t.seeds, 'seed')} × {count(configs, 'data configuration')}"
               + (", × swept hyperparameters" if any(a.sweep for a in t.algo.values()) else "") + f"), {t.updates} "
               f"updates each (batch {t.batch_size})",
-              f"  evaluation: {t.intervals} times, episodes per level: "
+              f"  evaluation: {'once' if t.intervals == 1 else f'{t.intervals} times'}, episodes per level: "
               + ", ".join(f"{lv} {n}" for lv, n in eval_episodes(config, bare_levels).items()),
               f"  estimate: roughly {format_seconds(seconds)} on a {jax.default_backend().upper()} (rough, from these "
               "sizes; a loaded machine or a small run dominated by compilation can take several times longer)"]
@@ -666,11 +715,12 @@ def train(config: Config, out: str | Path, *, real_paths: Sequence[str | Path] =
       log: message sink.
     """
     log = log if distributed.is_writer() else _quiet
+    check_algorithms(config)
     out = distributed.writer_first(lambda: open_workspace(out, config))
-    log(plan(config, out, imaginary_given=bool(imaginary_paths), real_given=bool(real_paths)))
+    log(plan(config, out, imaginary_paths=imaginary_paths, real_given=bool(real_paths)))
     env_name = config.data.env
     log(f"data ({env_name}):")
-    real = load_datasets(real_paths, "real", env_name) if real_paths else distributed.writer_first(
+    real = load_datasets(real_paths, "real", env_name, log) if real_paths else distributed.writer_first(
         lambda: real_data(config, log))
     sources = distributed.writer_first(lambda: mixed_sources(config, real, out, imaginary_paths=imaginary_paths,
                                                              log=log))
@@ -705,7 +755,11 @@ def train(config: Config, out: str | Path, *, real_paths: Sequence[str | Path] =
     results, seconds = Results(runs=(), levels=(), sources=json.loads(json.dumps(summaries))), {}
     for name in algorithm_names(config, spec):
         start = time.perf_counter()
-        results = results.merge(train_algorithm(config, name, spec, eval_levels, real_t, imag_t, out / "runs" / name, log))
+        try:
+            trained = train_algorithm(config, name, spec, eval_levels, real_t, imag_t, out / "runs" / name, log)
+        except Interrupted as stop:
+            raise Interrupted(f"{name} {stop}") from None
+        results = results.merge(trained)
         seconds[name] = time.perf_counter() - start
         log(f"{name}: done in {seconds[name]:.0f}s")
     return TrainOutcome(workspace=out, results=results, seconds=seconds)
@@ -723,12 +777,28 @@ def _workspace_of(out: Path) -> Path | None:
     return next((d for d in (out, out.parent.parent) if (d / WORKSPACE_FILE).exists()), None)
 
 
-def workspace_env(out: str | Path) -> tuple[Path, str] | None:
-    """(workspace, its ``data.env``) of the workspace holding ``out`` (:func:`_workspace_of`), or None."""
+def workspace_config(out: str | Path) -> tuple[Path, dict[str, Any]] | None:
+    """(workspace, its recorded configuration as JSON) of the workspace holding ``out``
+    (:func:`_workspace_of`), or None.
+
+    Raises:
+      ConfigError: the workspace's record is not readable JSON (the file is named).
+    """
     workspace = _workspace_of(Path(out))
     if workspace is None:
         return None
-    return workspace, json.loads((workspace / WORKSPACE_FILE).read_text())["config"]["data"]["env"]
+    record = workspace / WORKSPACE_FILE
+    try:
+        return workspace, json.loads(record.read_text())["config"]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise ConfigError(f"{record} is damaged ({type(error).__name__}: {error}): it records the workspace's "
+                          "configuration; restore it, or train into a new --out") from None
+
+
+def workspace_env(out: str | Path) -> tuple[Path, str] | None:
+    """(workspace, its ``data.env``) of the workspace holding ``out`` (:func:`_workspace_of`), or None."""
+    found = workspace_config(out)
+    return None if found is None else (found[0], found[1]["data"]["env"])
 
 
 def report(results: Results, out: str | Path, config: Config, *, figures: bool | None = None,

@@ -31,7 +31,9 @@ Guarantees:
   agrees with the checkpoint's name (its ``interval``), that ``tree/`` holds exactly the manifest's files
   with their sizes and SHA-256, and only then lets orbax read; any inconsistency raises
   :class:`CheckpointError` naming the checkpoint and the way out (delete it to fall back to the previous
-  one, which the message names).
+  one, which the message names). A checkpoint that passes these checks but cannot be read here (another
+  format version, an orbax that cannot decode it) is intact: the message says to keep it, never to
+  delete it; the manifest's ``written_by`` names the orbax-checkpoint and jax versions that wrote it.
 * **Exact.** NumPy arrays are stored and restored as NumPy arrays by orbax (bitwise: float32/64,
   int32/64, uint32 PRNG key data, bool). Zero-size arrays, which orbax refuses to store, are kept in
   the manifest only (their shape and dtype are their whole content).
@@ -65,6 +67,7 @@ import orbax.checkpoint as ocp
 from etils import epath
 
 from imaginejax.files import file_sha256
+from imaginejax.paths import absolute
 
 PyTree = Any
 FORMAT = "imaginejax-checkpoint"
@@ -81,6 +84,11 @@ _TRASH = ".deleted"  # orbax's todelete_subdir: old checkpoints are renamed here
 
 class CheckpointError(RuntimeError):
     """A checkpoint that cannot be used; the message names the file and what to do."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during checkpointed work; the message says how far the checkpoints got (still a
+    ``KeyboardInterrupt``, so callers that stop on one stop on it)."""
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -167,6 +175,7 @@ class ArraysHandler(ocp.CheckpointHandler):
             self._tree.save(epath.Path(tree_dir), args=ocp.args.PyTreeSave(stored))
         self._pending[str(directory)] = {
             "format": FORMAT, "format_version": FORMAT_VERSION, "interval": args.interval, "meta": args.meta,
+            "written_by": {"orbax-checkpoint": ocp.__version__, "jax": jax.__version__},
             "arrays": {name: {"shape": list(a.shape), "dtype": str(a.dtype), "stored": name in stored}
                        for name, a in args.arrays.items()},
         }
@@ -213,11 +222,19 @@ class ArraysRestore(ocp.args.CheckpointArgs):
 
 
 def _fix(step_dir: Path) -> str:
-    """The way out of a bad checkpoint: delete it, and resume from the previous one (named) or restart."""
+    """The way out of a checkpoint proven damaged (a seal, size or SHA-256 that does not match what was
+    written): delete it, and resume from the previous one (named) or restart."""
     earlier = [p for _, p in list_checkpoints(step_dir.parent) if p.name < step_dir.name]
     previous = (f"to resume from the previous checkpoint {earlier[-1]}" if earlier
                 else "(there is no earlier checkpoint: start again without resume)")
     return f"delete {step_dir} {previous}"
+
+
+def _keep(step_dir: Path) -> str:
+    """The way out of a checkpoint that is not proven damaged but cannot be read here: keep it."""
+    return (f"{step_dir} is not damaged, so keep it: read it with the ImagineJAX, orbax-checkpoint and jax "
+            "versions that wrote it (the manifest's 'written_by'), or move it aside (do not delete it) to start "
+            "again without resume")
 
 
 def _manifest_problem(manifest: Any, step_dir: Path) -> str | None:
@@ -277,7 +294,7 @@ def _read_manifest(item: Path, fix: str) -> dict[str, Any]:
                                   f"checkpoint was written and cannot be trusted: {fix}")
     if got != FORMAT or version not in (FORMAT_VERSION, *LEGACY_VERSIONS):
         raise CheckpointError(f"{manifest_file} is format {got!r} version {version}, this code "
-                              f"reads {FORMAT!r} version {FORMAT_VERSION}: {fix}")
+                              f"reads {FORMAT!r} version {FORMAT_VERSION}: {_keep(step_dir)}")
     problem = _manifest_problem(manifest, step_dir)
     if problem is not None:
         raise CheckpointError(f"checkpoint manifest {manifest_file} is inconsistent: {problem}: {fix}")
@@ -308,9 +325,10 @@ def _read_item(item: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         handler = ocp.PyTreeCheckpointHandler()
         try:
             arrays = dict(handler.restore(epath.Path(tree_dir)))
-        except Exception as err:  # tensorstore / orbax decode errors: report them with the way out
-            raise CheckpointError(f"checkpoint {tree_dir} cannot be read by orbax ({type(err).__name__}: "
-                                  f"{err}): {fix}") from err
+        except Exception as err:  # every file matched its SHA-256: the installation, not the checkpoint
+            raise CheckpointError(f"checkpoint {tree_dir} cannot be read by orbax-checkpoint {ocp.__version__} "
+                                  f"({type(err).__name__}: {err}), although every file matches the SHA-256 "
+                                  f"recorded when it was written: {_keep(item.parent)}") from err
         finally:
             handler.close()
     out = {}
@@ -385,7 +403,7 @@ def save_checkpoint(directory: str | os.PathLike[str], interval: int, arrays: di
         if a.dtype == object:
             raise ValueError(f"array {name!r} has dtype object; checkpoints store numeric / bool arrays only")
     meta = json.loads(json.dumps(meta))  # fail here, not in orbax's finalize, on non-JSON metadata
-    directory = Path(directory).absolute()  # orbax's OCDBT store refuses relative paths
+    directory = absolute(directory)  # orbax's OCDBT store refuses relative paths
     directory.mkdir(parents=True, exist_ok=True)
     primary = jax.process_index() == 0  # orbax's primary host; the others wait at its barriers
     # Before orbax's first barrier, so no process has begun writing this save's temporary directory.
@@ -416,12 +434,12 @@ def load_checkpoint(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[
         corrupted array file (SHA-256 mismatch), or data orbax cannot decode; the message names the
         file and the way out.
     """
-    path = Path(path)
+    path = absolute(path)  # orbax refuses relative paths
     if not path.is_dir():
         raise CheckpointError(f"checkpoint {path} does not exist (or is not a directory): list the checkpoints "
                               f"of {path.parent} with imaginejax.checkpoint.list_checkpoints, or start again "
                               "without resume")
     if (path / "arrays.npz").is_file() and not (path / ITEM).exists():
         raise CheckpointError(f"checkpoint {path} is in the NumPy format of an older ImagineJAX (arrays.npz), "
-                              f"this code reads orbax checkpoints: {_fix(path)}")
+                              f"this code reads orbax checkpoints: {_keep(path)}")
     return _read_item(path / ITEM)

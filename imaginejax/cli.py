@@ -38,6 +38,7 @@ from typing import Callable
 
 from imaginejax.files import write_text
 from imaginejax.config import ConfigError, available_presets, describe, load_config
+from imaginejax.paths import absolute
 
 
 def _log(message: str) -> None:
@@ -83,7 +84,7 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--env", default="clevr", help="environment registry name (default: clevr)")
     p.add_argument("--level", default="train", help="task level: train, rephrase, easy or hard (default: train)")
     p.add_argument("--episodes", type=int, required=True, help="number of trajectories to collect")
-    p.add_argument("--out", type=Path, required=True, help="dataset directory to write")
+    p.add_argument("--out", type=absolute, required=True, help="dataset directory to write")
     p.add_argument("--epsilon", type=float, default=0.1, help="the expert's random-action probability (default 0.1)")
     p.add_argument("--seed", type=int, default=0, help="collection seed (default 0)")
     p.add_argument("--no-embed", action="store_true",
@@ -97,9 +98,9 @@ def _build_parser() -> argparse.ArgumentParser:
                                    "to --out/<env>-<level>-imaginary; the fine-tuning run is --out/imaginer "
                                    "and resumes from its checkpoints.")
     _config_options(p)
-    p.add_argument("--real", type=Path, action="append", default=[], metavar="DIR",
+    p.add_argument("--real", type=absolute, action="append", default=[], metavar="DIR",
                    help="real dataset directory (repeatable; default: collect data.episodes expert trajectories)")
-    p.add_argument("--out", type=Path, required=True, help="output directory")
+    p.add_argument("--out", type=absolute, required=True, help="output directory")
 
     help_train = ("train algorithms: a sweep over seeds × hyperparameters × ratios, every level evaluated, "
                   "resumable")
@@ -111,11 +112,11 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--algo", action="append", default=[], metavar="NAME",
                    help="algorithm to train (repeatable; shortcut for --set train.algos=[...]; default: "
                         "train.algos, or every registered algorithm for the action space)")
-    p.add_argument("--real", type=Path, action="append", default=[], metavar="DIR",
+    p.add_argument("--real", type=absolute, action="append", default=[], metavar="DIR",
                    help="real dataset directory (repeatable; default: the configuration's expert data, cached)")
-    p.add_argument("--imaginary", type=Path, action="append", default=[], metavar="DIR",
+    p.add_argument("--imaginary", type=absolute, action="append", default=[], metavar="DIR",
                    help="imaginary dataset directory (repeatable; default: produced per imagine.source)")
-    p.add_argument("--out", type=Path, default=None,
+    p.add_argument("--out", type=absolute, default=None,
                    help="workspace directory (default: $IMAGINEJAX_HOME/train/<preset>)")
 
     help_bench = "the whole protocol: data, imaginary data, all algorithms, every level -> table + figures"
@@ -126,7 +127,7 @@ def _build_parser() -> argparse.ArgumentParser:
                                    "intervals) and figures/. Re-running the same command continues.")
     _config_options(p)
     p.add_argument("--env", default=None, help="shortcut for --set data.env=ENV")
-    p.add_argument("--out", type=Path, default=None,
+    p.add_argument("--out", type=absolute, default=None,
                    help="workspace directory (default: $IMAGINEJAX_HOME/bench/<preset>)")
 
     p = sub.add_parser("report", formatter_class=formatter,
@@ -143,15 +144,22 @@ def _build_parser() -> argparse.ArgumentParser:
                                    "environments (each cell's statistic over the seed x environment matrix of "
                                    "run scores, the environments as bootstrap strata), printed and written "
                                    "only to --out; no figures.")
-    p.add_argument("run_dir", type=Path, nargs="+",
+    p.add_argument("run_dir", type=absolute, nargs="+",
                    help="a sweep's run directory or a workspace of train / bench; several: one workspace per "
                         "environment")
-    p.add_argument("--statistic", choices=("iqm", "mean"), default="iqm",
-                   help="point estimate over seeds (default: interquartile mean)")
-    p.add_argument("--reps", type=int, default=2000, help="bootstrap replicates for the 95%% intervals")
-    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (intervals are reproducible)")
+    p.add_argument("--statistic", choices=("iqm", "mean"), default=None,
+                   help="point estimate over seeds (default: the workspace's report.statistic, else iqm, the "
+                        "interquartile mean)")
+    p.add_argument("--reps", type=int, default=None,
+                   help="bootstrap replicates for the 95%% intervals (default: the workspace's report.reps, else "
+                        "2000)")
+    p.add_argument("--seed", type=int, default=None,
+                   help="bootstrap seed, intervals are reproducible (default: the workspace's report.seed, else 0)")
+    p.add_argument("--last", type=int, default=None, metavar="N",
+                   help="a run's score is its mean success over its last N evaluations (default: the workspace's "
+                        "report.last, else 5)")
     p.add_argument("--no-figures", action="store_true", help="only the table")
-    p.add_argument("--out", type=Path, default=None, help="also write the table to this file")
+    p.add_argument("--out", type=absolute, default=None, help="also write the table to this file")
 
     p = sub.add_parser("export", formatter_class=formatter, help="one trained run -> a policy directory",
                        description="Writes the final state of one run of a workspace (or of one sweep directory "
@@ -159,24 +167,26 @@ def _build_parser() -> argparse.ArgumentParser:
                                    "algorithm acts with and the state normaliser) and policy.json (algorithm, "
                                    "network, interface, sentence encoder, environment, provenance). Load it with "
                                    "imaginejax.Policy.load(DIR).")
-    p.add_argument("run_dir", type=Path, help="a workspace of train / bench, or its runs/<algo> directory")
+    p.add_argument("run_dir", type=absolute, help="a workspace of train / bench, or its runs/<algo> directory")
     p.add_argument("--algo", default=None, help="algorithm of the run (needed when the workspace trained several)")
     p.add_argument("--seed", type=int, default=None, help="seed of the run")
     p.add_argument("--ratio", type=float, default=None, help="imaginary ratio of the run")
-    p.add_argument("--data", default=None, help="data source of the run ('' = real only, e.g. imaginary/easy)")
-    p.add_argument("--out", type=Path, required=True, help="policy directory to write")
+    p.add_argument("--data", default=None,
+                   help="data source of the run: real (the tables' real only; '' works too) or a source such as "
+                        "imaginary/easy")
+    p.add_argument("--out", type=absolute, required=True, help="policy directory to write")
 
     p = sub.add_parser("evaluate", formatter_class=formatter, help="a policy's success per task on a level",
                        description="Runs a policy directory (imaginejax export) on every task of a level the same "
                                    "number of times, in the jitted evaluation used during training, and prints "
                                    "the success of each task and of the level.")
-    p.add_argument("policy", type=Path, help="a policy directory written by imaginejax export")
+    p.add_argument("policy", type=absolute, help="a policy directory written by imaginejax export")
     p.add_argument("--env", default=None, help="environment (default: the policy's; another one is refused)")
     p.add_argument("--level", default="train", help="task level (default: train)")
     p.add_argument("--episodes", type=int, default=100,
                    help="episodes, rounded up to a multiple of the level's tasks (default 100)")
     p.add_argument("--seed", type=int, default=0, help="evaluation seed (default 0)")
-    p.add_argument("--frames", type=Path, default=None, metavar="DIR",
+    p.add_argument("--frames", type=absolute, default=None, metavar="DIR",
                    help="also write pictures of a few episodes to DIR: frames.png, a grid drawn from the states "
                         "(CLEVR, BabyAI) or rendered by MuJoCo (cheetah, metaworld, libero, which also get "
                         "episode-<i>.gif; MuJoCo needs OpenGL: MUJOCO_GL=egl is used unless set)")
@@ -259,19 +269,32 @@ def _bench(args: argparse.Namespace) -> int:
 
 def _report(args: argparse.Namespace) -> int:
     from imaginejax import bench
-    from imaginejax.config import Config, ReportConfig
+    from imaginejax.config import Config, ReportConfig, from_dict
     from imaginejax.results import load_sweep
 
-    if args.reps < 1:
-        raise ConfigError(f"--reps must be >= 1, got {args.reps}")
-    config = Config(report=ReportConfig(statistic=args.statistic, reps=args.reps, seed=args.seed,
-                                        figures=not args.no_figures))
+    given = {"statistic": args.statistic, "reps": args.reps, "seed": args.seed, "last": args.last}
+    for name in ("reps", "last"):
+        if given[name] is not None and given[name] < 1:
+            raise ConfigError(f"--{name} must be >= 1, got {given[name]}")
+    envs = _environments(args.run_dir) if len(args.run_dir) > 1 else {}
+    # What is not given is what the workspaces were reported with (report.* of their workspace.json).
+    recorded = {}
+    for path in args.run_dir:
+        found = bench.workspace_config(path)
+        recorded[path] = from_dict(ReportConfig, found[1].get("report", {}) if found else {}, "report")
+    for name, value in given.items():
+        values = {path: getattr(r, name) for path, r in recorded.items()}
+        if value is None and len(set(values.values())) > 1:
+            raise ConfigError(f"the workspaces differ in report.{name} ("
+                              + ", ".join(f"{v} in {path}" for path, v in values.items())
+                              + f"): choose one with --{name}")
+        given[name] = next(iter(values.values())) if value is None else value
+    config = Config(report=ReportConfig(**given, figures=not args.no_figures))
     if len(args.run_dir) == 1:
         text = bench.report(load_sweep(args.run_dir[0]), args.run_dir[0], config, log=_log)
     else:
         from imaginejax.report import aggregate
 
-        envs = _environments(args.run_dir)
         r = config.report
         text = aggregate({env: load_sweep(path) for env, path in envs.items()},
                          {env: str(path) for env, path in envs.items()}, r.statistic, r.reps, r.seed, r.last)
@@ -375,6 +398,14 @@ def _setup_weights(args: argparse.Namespace) -> int:
     return int(failed > 0)
 
 
+def _demo(argv: list[str]) -> int:
+    from imaginejax import demo
+
+    demo.main(argv)
+    return 0
+
+
+RESUMABLE = ("collect", "imagine", "train", "bench", "demo")  # re-running continues from what was saved
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "collect": _collect, "imagine": _imagine, "train": _train, "bench": _bench, "report": _report,
     "export": _export, "evaluate": _evaluate, "setup-weights": _setup_weights}
@@ -384,10 +415,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``imaginejax`` command; returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "demo":
-        from imaginejax import demo
-
-        demo.main(argv[1:])
-        return 0
+        return _guarded("demo", lambda: _demo(argv[1:]))
     parser = _build_parser()
     try:
         args = parser.parse_args(argv)
@@ -396,23 +424,38 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
+    return _guarded(args.command, lambda: COMMANDS[args.command](args), multiprocess=args.command in ("train", "bench"))
+
+
+def _guarded(command: str, run: Callable[[], int], *, multiprocess: bool = False) -> int:
+    """``run()``'s exit status, with the errors that name their fix as one line (status 2) and Ctrl-C as
+    one line saying how to resume (status 130). In a job of several processes (``multiprocess``) every
+    ending exits the process at once: the others learn of it by the missing heartbeat instead of waiting
+    at the shutdown barrier until its timeout."""
     from imaginejax.checkpoint import CheckpointError
     from imaginejax.progress import MissingDependency
 
     joined = False
     try:
-        if args.command in ("train", "bench"):
+        if multiprocess:
             from imaginejax import distributed
 
             joined = distributed.initialize()
-        return COMMANDS[args.command](args)
+        return run()
     except (ValueError, CheckpointError, MissingDependency, FileExistsError, FileNotFoundError) as error:
         # ValueError covers ConfigError and DatasetError, and the engine's / imaginer's refusals
         # (e.g. resuming an imaginer run with another preset): all name the problem and the fix.
-        print(f"imaginejax {args.command}: error: {error}", file=sys.stderr, flush=True)
-        if joined:  # no shutdown barrier: the other processes learn of it by the missing heartbeat
+        print(f"imaginejax {command}: error: {error}", file=sys.stderr, flush=True)
+        if joined:
             os._exit(2)
         return 2
+    except KeyboardInterrupt as interrupt:
+        again = "resume" if command in RESUMABLE else "start again"
+        print(f"imaginejax {command}: {interrupt or 'interrupted'}: re-run the same command to {again}",
+              file=sys.stderr, flush=True)
+        if joined:
+            os._exit(130)
+        return 130
     except BaseException:
         if not joined:
             raise
@@ -420,7 +463,7 @@ def main(argv: list[str] | None = None) -> int:
 
         traceback.print_exc()
         sys.stderr.flush()
-        os._exit(1)  # as above: waiting at the shutdown barrier would hold the others until its timeout
+        os._exit(1)
 
 
 if __name__ == "__main__":

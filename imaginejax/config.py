@@ -320,10 +320,18 @@ def read_preset(name_or_path: str, _seen: tuple[str, ...] = ()) -> dict[str, Any
 
 def parse_value(text: str) -> Any:
     """A ``--set`` value: TOML (``3``, ``1e-3``, ``true``, ``[0, 0.5]``, ``{a = 1}``, ``"x"``), else the bare
-    text as a string."""
+    text as a string.
+
+    Raises:
+      ConfigError: a list or table that is not TOML (e.g. unquoted strings in a list), with the quoting.
+    """
     try:
         return tomllib.loads(f"value = {text}")["value"]
     except tomllib.TOMLDecodeError:
+        if text.startswith(("[", "{")):
+            raise ConfigError(f"value {text!r} is not a TOML {'list' if text[0] == '[' else 'table'}: "
+                              "quote the strings inside it and the whole assignment for the shell, e.g. "
+                              """--set 'train.algos=["bc", "cql"]'""") from None
         return text
 
 
@@ -336,7 +344,10 @@ def apply_override(raw: dict[str, Any], assignment: str) -> dict[str, Any]:
     if not all(parts):
         raise ConfigError(f"--set {assignment!r}: empty part in key {key!r}; keys look like train.updates")
     _check_path(parts, assignment)
-    nested: Any = parse_value(text.strip())
+    try:
+        nested: Any = parse_value(text.strip())
+    except ConfigError as error:
+        raise ConfigError(f"--set {assignment!r}: {error}") from None
     for part in reversed(parts):
         nested = {part: nested}
     return _merge(raw, nested)

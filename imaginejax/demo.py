@@ -32,7 +32,7 @@ import jax
 from imaginejax.bench import RANDOM_FILE, eval_episodes, evaluation_levels, report, train
 from imaginejax.config import load_config
 from imaginejax.data import LEVELS
-from imaginejax.paths import cache_root
+from imaginejax.paths import absolute, cache_root
 from imaginejax.report import table
 from imaginejax.results import Results
 
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--preset", default="clevr-demo", help="configuration preset (default: clevr-demo)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a preset key, as for imaginejax bench (repeatable)")
-    parser.add_argument("--out", type=Path, default=None,
+    parser.add_argument("--out", type=absolute, default=None,
                         help="workspace (default: $IMAGINEJAX_HOME/demo-workspace)")
     args = parser.parse_args(argv)
     config = load_config(args.preset, args.set)
@@ -94,4 +94,6 @@ def main(argv: list[str] | None = None) -> str:
 
 
 if __name__ == "__main__":
-    main()
+    from imaginejax.cli import main as cli_main
+
+    raise SystemExit(cli_main(["demo", *sys.argv[1:]]))

@@ -72,8 +72,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from imaginejax.algos.base import Algorithm, Spec
 from imaginejax.algos.common import DataStats, Datasets
-from imaginejax.checkpoint import (CheckpointError, flatten_named, list_checkpoints, load_checkpoint,
-                                   save_checkpoint, unflatten_named)
+from imaginejax.checkpoint import (CheckpointError, Interrupted, flatten_named, list_checkpoints,
+                                   load_checkpoint, save_checkpoint, unflatten_named)
 from imaginejax.data.sampling import sample_mixed
 from imaginejax.data.transitions import concat_transitions, placeholder_like
 from imaginejax.data.types import Transitions
@@ -565,8 +565,19 @@ class Trainer:
             state, history, path = found or (None, None, None)
             for callback in callbacks:
                 callback.start(chunk, history, path)
-            outputs.append(self.run_chunk(plan, chunk, callbacks, None if found is None else (state, history)))
+            try:
+                outputs.append(self.run_chunk(plan, chunk, callbacks, None if found is None else (state, history)))
+            except KeyboardInterrupt:
+                raise Interrupted(self._interrupted(chunk, len(plan.chunks), checkpoint_dir)) from None
         return _concatenate(outputs)
+
+    def _interrupted(self, chunk: Chunk, num_chunks: int, checkpoint_dir: str | os.PathLike[str] | None) -> str:
+        """Where an interrupted :meth:`train` stopped: the chunk's last checkpointed interval."""
+        where = f" of chunk {chunk.index + 1}/{num_chunks}" if num_chunks > 1 else ""
+        if checkpoint_dir is None:
+            return f"interrupted{where} (no checkpoint_dir: nothing was saved)"
+        saved = list_checkpoints(Path(checkpoint_dir) / f"chunk-{chunk.index:03d}")
+        return f"interrupted after interval {saved[-1][0] if saved else 0}/{self.config.num_intervals}{where}"
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -37,6 +37,11 @@ ProgressMode = Literal["auto", "bar", "lines", "off"]
 
 
 
+def count(n: int, noun: str) -> str:
+    """``n`` and ``noun`` in the number it takes: ``count(1, "seed")`` -> "1 seed", ``count(2, ...)`` -> "2 seeds"."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def format_seconds(seconds: float) -> str:
     """``h:mm:ss`` (or ``m:ss`` under an hour)."""
     seconds = max(0, int(round(seconds)))

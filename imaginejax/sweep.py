@@ -30,6 +30,7 @@ the same result, its state gathered to host arrays.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import itertools
 import os
 import sys
@@ -163,7 +164,9 @@ class Sweep:
         swept = sorted({name for spec in self.table for name in spec.hp})
         for name in swept:
             if name not in leaves:
-                raise ValueError(f"{name!r} is not a hyperparameter of this algorithm; its hp has: "
+                close = difflib.get_close_matches(name, list(leaves), n=1)
+                hint = f"did you mean {close[0]!r}? " if close else ""
+                raise ValueError(f"{name!r} is not a hyperparameter of this algorithm; {hint}its hp has: "
                                  f"{', '.join(leaves)}")
             if np.ndim(leaves[name]) != 0:
                 raise ValueError(f"hyperparameter {name!r} has shape {np.shape(leaves[name])}: only scalar "

@@ -308,3 +308,42 @@ def test_every_manifest_inconsistency_is_a_checkpoint_error(tmp_path, forgery):
         (path / "arrays" / "tree" / "smuggled").write_bytes(b"x")
     with pytest.raises(CheckpointError, match=rf"{path}.*start again without resume"):
         load_checkpoint(path)
+
+
+# ------------------------------------------------------------- relative paths, and intact but unreadable
+
+
+def test_relative_paths_save_list_and_load_from_another_directory(tmp_path, monkeypatch):
+    """orbax refuses relative paths: every public function takes them, from any working directory."""
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    written = save_checkpoint("../ws/ckpt", 3, _arrays(), {"k": 1})
+    assert written.is_absolute() and written == tmp_path / "ws" / "ckpt" / "step-00000003"
+    [(interval, path)] = list_checkpoints("../ws/ckpt")
+    manifest, arrays = load_checkpoint(os.path.relpath(path))
+    assert interval == 3 and manifest["meta"] == {"k": 1}
+    _assert_bitwise_equal(arrays, _arrays())
+    assert manifest["written_by"] == {"orbax-checkpoint": ocp.__version__, "jax": jax.__version__}
+
+
+def test_an_intact_checkpoint_this_installation_cannot_read_is_never_to_be_deleted(tmp_path, monkeypatch):
+    """Deleting is advised only for a checkpoint proven damaged (seal, size or SHA-256): one whose files all
+    match but which orbax (or this format version) cannot read must be kept."""
+    save_checkpoint(tmp_path, 1, {"w": np.zeros(3, np.float32)}, {})
+    path = save_checkpoint(tmp_path, 2, {"w": np.ones(3, np.float32)}, {})
+
+    def refuse(self, directory, *args, **kwargs):
+        raise ValueError("this orbax cannot decode it")
+
+    monkeypatch.setattr(ocp.PyTreeCheckpointHandler, "restore", refuse)
+    with pytest.raises(CheckpointError) as caught:
+        load_checkpoint(path)
+    message = str(caught.value)
+    assert "cannot decode it" in message and "every file matches the SHA-256" in message
+    assert f"{path} is not damaged, so keep it" in message and "do not delete it" in message
+    assert f"delete {path} " not in message
+    monkeypatch.undo()
+    _reseal(path, dict(json.loads((path / "arrays" / "manifest.json").read_text()), format_version=99))
+    with pytest.raises(CheckpointError, match=r"version 99.*is not damaged, so keep it") as caught:
+        load_checkpoint(path)
+    assert f"delete {path} " not in str(caught.value)

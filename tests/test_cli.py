@@ -147,25 +147,27 @@ def test_results_in_memory_equal_the_results_read_back(bench_run, tmp_path):
 
 
 def test_interrupted_train_resumes_to_the_uninterrupted_result(bench_run, monkeypatch):
-    """``train`` on the collected real data (identical to bench's cached data), killed right after its
-    first checkpoint, then the same command again: it must end exactly where bench's run ended."""
+    """``train`` on the collected real data (identical to bench's cached data), with relative paths from
+    another working directory, stopped by Ctrl-C right after its first checkpoint: one line and exit
+    status 130; then the same command again must end exactly where bench's run ended, a re-run of the
+    finished command reads its checkpoints, and ``export`` with relative paths writes its policy."""
     from imaginejax import engine
-
-    class Interrupted(Exception):
-        pass
+    from imaginejax.policy import Policy
 
     original = engine.save_checkpoint
 
-    def save_then_die(*args, **kwargs):
+    def save_then_interrupt(*args, **kwargs):
         original(*args, **kwargs)
-        raise Interrupted
+        raise KeyboardInterrupt
 
     root = bench_run["root"]
-    argv = ["train", "--algo", "bc", "--real", str(bench_run["real"]), "--out", str(root / "ws-resumed")]
-    argv += tiny(root / "data")
-    monkeypatch.setattr(engine, "save_checkpoint", save_then_die)
-    with pytest.raises(Interrupted):
-        run(argv)
+    monkeypatch.chdir(root)  # relative paths below: orbax refuses them unless made absolute where they enter
+    argv = ["train", "--algo", "bc", "--real", "real", "--out", "ws-resumed"] + tiny(Path("data"))
+    monkeypatch.setattr(engine, "save_checkpoint", save_then_interrupt)
+    status, _, err = run(argv)
+    assert status == 130 and "Traceback" not in err
+    assert err.strip().splitlines()[-1] == ("imaginejax train: bc interrupted after interval 1/2: re-run the same "
+                                            "command to resume")
     monkeypatch.setattr(engine, "save_checkpoint", original)
     resumed_dir = root / "ws-resumed" / "runs" / "bc"
     assert [r["interval"] for r in MetricsLog(resumed_dir).records()] == [1] * 8
@@ -182,6 +184,12 @@ def test_interrupted_train_resumes_to_the_uninterrupted_result(bench_run, monkey
     for key in state_keys:
         np.testing.assert_array_equal(resumed[key], straight[key], err_msg=key)
     assert "| bc, oracle/easy 0.5 |" in out
+    status, again, err = run(argv)  # finished: a re-run reads the checkpoints and reports the same table
+    assert status == 0 and "(2/2 intervals done)" in err and again == out
+
+    status, out, err = run(["export", "ws-resumed", "--seed", "0", "--data", "", "--out", "policy-relative"])
+    assert status == 0, err
+    assert Policy.load(root / "policy-relative").provenance["seed"] == 0
 
     # A changed configuration in the same workspace is refused with the difference named.
     status, _, err = run(argv + ["--set", "train.updates=40"])
@@ -290,6 +298,21 @@ def _config_keys(cls, prefix: str = "") -> list[str]:
 def test_config_errors_name_the_field_and_the_fix(overrides, match):
     with pytest.raises(ConfigError, match=match):
         load_config("clevr-quick", overrides)
+
+
+def test_algorithm_settings_are_checked_before_any_data_work(tmp_path):
+    """A misspelled hyperparameter, of the algorithm trained or of another one the configuration names, a
+    swept value of the wrong kind, and an unquoted list: refused in seconds, with nothing collected or created."""
+    data, ws = tmp_path / "data", tmp_path / "ws"
+    base = ["train", "--out", str(ws), "--set", f"data.dir={json.dumps(str(data))}", "--set", 'train.algos=["bc"]']
+    status, _, err = run(base + ["--set", "train.algo.cql.hp.alpah=2"])
+    assert status == 2 and "train.algo.cql: 'alpah' is not a hyperparameter of this algorithm; did you mean 'alpha'?" in err
+    status, _, err = run(base + ["--set", "train.algo.bc.sweep.learning_rate=[1e-3, 0.5]",
+                                 "--set", "train.algo.bc.hp.learnig_rate=1e-3"])
+    assert status == 2 and "did you mean 'learning_rate'?" in err
+    status, _, err = run(base + ["--set", "train.algos=[bc,cql]"])
+    assert status == 2 and """value '[bc,cql]' is not a TOML list: quote the strings inside it""" in err
+    assert not data.exists() and not ws.exists()
 
 
 def test_config_errors_reach_the_command_line_as_exit_status_2(tmp_path):

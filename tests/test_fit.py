@@ -107,6 +107,13 @@ def test_a_run_must_be_named_when_several_match(trained):
     ({"eval_levels": ["hardest"]}, r"eval_levels \(train\.eval_levels\): 'hardest' is not a level of clevr"),
     ({"seeds": 0}, r"seeds \(train\.seeds\) must be >= 1"),
     ({"real": ["/no/such/dataset"]}, r"real: /no/such/dataset is not a dataset directory"),
+    ({"hp": {"cql": {"alpha": 2}}}, r"fit\(\): hp has tables for 'cql', which algo=\['bc'\] does not train"),
+    ({"hp": {"cqll": {"alpha": 2}}}, r"hp\['cqll'\] is a table but 'cqll' is not an algorithm; did you mean 'cql'\?"),
+    ({"algo": "cql", "hp": {"alpah": 2}}, r"fit\(\): hp of cql: 'alpah' is not a hyperparameter of this algorithm; "
+                                          r"did you mean 'alpha'\?"),
+    ({"algo": ["bc", "cql"], "hp": {"cql": {"alpha": 2}, "learning_rate": 1e-3}}, r"hp mixes algorithm tables"),
+    ({"overrides": "train.updates=8"}, r"overrides is one string 'train\.updates=8': give a list"),
+    ({"overrides": {"train.hidden": [0]}}, r"train\.hidden widths must be >= 1"),
 ])
 def test_fit_errors_name_the_argument_and_the_fix(kwargs, match, tmp_path):
     with pytest.raises(ConfigError, match=match):

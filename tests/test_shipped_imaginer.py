@@ -52,13 +52,15 @@ def test_damaged_missing_or_foreign_files_are_refused(tmp_path):
         load_shipped("babyai", assets=tmp_path, expected=foreign)
 
 
-def test_study_scores_the_shipped_imaginer(tmp_path, monkeypatch):
+def test_study_scores_the_shipped_imaginer(tmp_path, monkeypatch, capsys):
     import json
 
     from imaginejax.imaginer import study
 
     monkeypatch.setenv("IMAGINEJAX_HOME", str(tmp_path))
     study.main(["evaluate", "shipped:clevr", "--num", "2", "--levels", "easy", "--project"])
+    written = tmp_path / "imaginer-study" / "shipped-clevr" / "quality-projected"
+    assert f"written: {written}.json, {written}.md" in capsys.readouterr().out  # says where its report went
     record = json.loads((tmp_path / "imaginer-study" / "shipped-clevr" / "quality-projected.json").read_text())
     assert record["env"] == "clevr" and record["step"] == 1000 and record["project"]
     assert record["levels"]["easy"]["legal_rollout_rate"] == 1.0

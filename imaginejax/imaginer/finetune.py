@@ -70,6 +70,7 @@ from flax import struct
 
 from imaginejax.checkpoint import (
     CheckpointError,
+    Interrupted,
     checkpoint_path,
     flatten_named,
     list_checkpoints,
@@ -691,6 +692,9 @@ def finetune(preset: Preset | str, datasets: TrajectoryDataset | Sequence[Trajec
                                  "call's (different preset, overrides or data); use a new "
                                  "run_dir")
         state, _ = _restore_checkpoint(run_dir, latest, state)
+        if progress:
+            print(f"imaginer: resumed fine-tuning from the checkpoint of step {latest}/{preset.num_steps} in "
+                  f"{run_dir}", file=sys.stderr, flush=True)
         if (run_dir / HISTORY_FILE).is_file():
             logged = json.loads((run_dir / HISTORY_FILE).read_text(encoding="utf-8"))
             history = [row for row in logged if row["step"] <= latest]
@@ -709,26 +713,32 @@ def finetune(preset: Preset | str, datasets: TrajectoryDataset | Sequence[Trajec
     checkpoint_hash = None
     window: list[dict[str, jax.Array]] = []
     window_start = time.perf_counter()
-    while step < end:
-        batches = sample_task_batches(corpus, base.text_format, layout, config,
-                                      preset.batch_sizes, np.random.default_rng([preset.seed, step]))
-        state, metrics = train_step(state, frozen, batches, normalizer)
-        step += 1
-        window.append(metrics)
-        if step % preset.log_every == 0 or step == end:
-            values = jax.device_get(window)
-            elapsed = max(time.perf_counter() - window_start, 1e-9)
-            row = {name: float(np.mean([v[name] for v in values])) for name in values[0]}
-            row["tokens_per_s"] = float(sum(v["tokens"] for v in values)) / elapsed
-            row["steps_per_s"] = len(values) / elapsed
-            row["step"] = step
-            history.append(row)
-            if progress:
-                print(_format_metrics(step, preset.num_steps, row), file=sys.stderr, flush=True)
-            window, window_start = [], time.perf_counter()
-        if step % preset.checkpoint_every == 0 or step == end:
-            checkpoint_hash = _save_checkpoint(run_dir, state, frozen_hash, preset.max_to_keep)
-            write_text(run_dir / HISTORY_FILE, json.dumps(history, indent=1) + "\n")
+    saved = latest or 0
+    try:
+        while step < end:
+            batches = sample_task_batches(corpus, base.text_format, layout, config,
+                                          preset.batch_sizes, np.random.default_rng([preset.seed, step]))
+            state, metrics = train_step(state, frozen, batches, normalizer)
+            step += 1
+            window.append(metrics)
+            if step % preset.log_every == 0 or step == end:
+                values = jax.device_get(window)
+                elapsed = max(time.perf_counter() - window_start, 1e-9)
+                row = {name: float(np.mean([v[name] for v in values])) for name in values[0]}
+                row["tokens_per_s"] = float(sum(v["tokens"] for v in values)) / elapsed
+                row["steps_per_s"] = len(values) / elapsed
+                row["step"] = step
+                history.append(row)
+                if progress:
+                    print(_format_metrics(step, preset.num_steps, row), file=sys.stderr, flush=True)
+                window, window_start = [], time.perf_counter()
+            if step % preset.checkpoint_every == 0 or step == end:
+                checkpoint_hash = _save_checkpoint(run_dir, state, frozen_hash, preset.max_to_keep)
+                saved = step
+                write_text(run_dir / HISTORY_FILE, json.dumps(history, indent=1) + "\n")
+    except KeyboardInterrupt:
+        raise Interrupted(f"imaginer fine-tuning interrupted after step {step}/{preset.num_steps} (saved at step "
+                          f"{saved} in {run_dir})") from None
     if checkpoint_hash is None:  # nothing to do: already at the end
         checkpoint_hash = _checkpoint_hash(state.trainable, frozen_hash)
     imaginer = Imaginer(config, effective_params(state.trainable, frozen, scale), normalizer,

@@ -33,6 +33,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from imaginejax.files import write_text
 from imaginejax.paths import cache_root
 
 LEVELS = ("rephrase", "easy", "hard")
@@ -141,11 +142,12 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     record = {"run": args.run, "env": env_name, "step": imaginer.step, "preset": imaginer.preset,
               "state_prediction": imaginer.config.state_prediction, "project": bool(args.project),
               "num": args.num, "seed": args.seed, "generation_seconds": seconds, **report.to_dict()}
-    (directory / f"{tag}.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     table = report.to_markdown()
-    (directory / f"{tag}.md").write_text(f"# {args.run} ({tag})\n\n{table}", encoding="utf-8")
+    written = [write_text(directory / f"{tag}.json", json.dumps(record, indent=2) + "\n"),
+               write_text(directory / f"{tag}.md", f"# {args.run} ({tag})\n\n{table}")]
     print(f"{args.run} ({env_name}): state prediction {imaginer.config.state_prediction}, projection "
-          f"{'on' if args.project else 'off'}, {args.num} rollouts per level\n\n{table}")
+          f"{'on' if args.project else 'off'}, {args.num} rollouts per level\n\n{table}\n\n"
+          f"written: {', '.join(str(path) for path in written)}")
     return record
 
 
