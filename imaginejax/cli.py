@@ -451,7 +451,7 @@ def _guarded(command: str, run: Callable[[], int], *, multiprocess: bool = False
         return 2
     except KeyboardInterrupt as interrupt:
         again = "resume" if command in RESUMABLE else "start again"
-        print(f"imaginejax {command}: {interrupt or 'interrupted'}: re-run the same command to {again}",
+        print(f"imaginejax {command}: {str(interrupt) or 'interrupted'}: re-run the same command to {again}",
               file=sys.stderr, flush=True)
         if joined:
             os._exit(130)

@@ -97,6 +97,7 @@ SLOW = {
     "test_packaging.py::test_the_wheel_builds_without_warnings_and_holds_the_assets":
         "pip builds the wheel in an isolated environment (fetches setuptools from the index; 4-16 s)",
     "test_imagine.py::test_study_cli_runs_on_babyai": "end-to-end study",
+    "test_readme.py::test_the_readme_chain_runs_verbatim": "the README's commands and blocks at their own sizes (minutes)",
     "test_llama_smollm2.py::test_tokenizer_matches_transformers": "whole-vocabulary tokenizer parity",
     # PPO through gymnax on CLEVR: until it beats the random policy (60 updates of 4096 steps, 6 min).
     "test_gymnax_env.py::test_ppo_learns_clevr_train_level_above_the_random_policy": "learning run",

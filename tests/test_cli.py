@@ -315,6 +315,20 @@ def test_algorithm_settings_are_checked_before_any_data_work(tmp_path):
     assert not data.exists() and not ws.exists()
 
 
+def test_ctrl_c_ends_a_command_with_one_line_and_status_130(monkeypatch):
+    from imaginejax.checkpoint import Interrupted
+
+    def interrupted(args):
+        raise Interrupted("bc interrupted after interval 2/4")
+
+    monkeypatch.setitem(cli.COMMANDS, "train", interrupted)
+    status, out, err = run(["train"])
+    assert (status, out, err) == (130, "", "imaginejax train: bc interrupted after interval 2/4: re-run the same "
+                                           "command to resume\n")
+    monkeypatch.setitem(cli.COMMANDS, "report", lambda args: (_ for _ in ()).throw(KeyboardInterrupt))
+    assert run(["report", "ws"]) == (130, "", "imaginejax report: interrupted: re-run the same command to start again\n")
+
+
 def test_config_errors_reach_the_command_line_as_exit_status_2(tmp_path):
     status, _, err = run(["train", "--out", str(tmp_path), "--set", "train.updates=abc"])
     assert status == 2 and "imaginejax train: error: config field train.updates" in err

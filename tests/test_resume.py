@@ -196,6 +196,26 @@ def test_interval_events_drive_progress_over_chunks_and_resume(tmp_path):
     assert stream.getvalue().count("resumed chunk") == 2 and "updates/s" not in stream.getvalue()
 
 
+def test_ctrl_c_says_how_far_the_checkpoints_got(tmp_path):
+    """A KeyboardInterrupt inside training becomes checkpoint.Interrupted (still a KeyboardInterrupt) whose
+    message names the last checkpointed interval and the chunk; without checkpoint_dir it says nothing was saved."""
+    from imaginejax.checkpoint import Interrupted
+
+    trainer, keys, hp, real = _toy_sweep(3)
+
+    def stop_at(chunk: int, interval: int):
+        def on_interval(event):
+            if (event.chunk, event.interval) == (chunk, interval):
+                raise KeyboardInterrupt
+        return on_interval
+
+    with pytest.raises(Interrupted, match=r"^interrupted after interval 1/2 of chunk 2/2$"):
+        trainer.train(keys, hp, real, log=None, on_interval=stop_at(1, 2), runs_per_chunk=2, mesh=None,
+                      checkpoint_dir=tmp_path / "ckpt")
+    with pytest.raises(KeyboardInterrupt, match=r"^interrupted \(no checkpoint_dir: nothing was saved\)$"):
+        trainer.train(keys, hp, real, log=None, on_interval=stop_at(0, 1), mesh=None)
+
+
 @pytest.mark.parametrize("interval", [1, 3])
 def test_a_checkpoint_with_an_edited_interval_is_never_resumed(tmp_path, interval):
     """``"interval": 2`` edited to 1 in manifest.json resumed silently from the wrong point (and to 3 raised
