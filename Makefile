@@ -58,15 +58,17 @@ demo: $(VENV)/.installed
 # The test tiers: `make test` (the README's and CI's command) runs every test not marked slow;
 # `make test-slow` runs the slow tier (MJX parity on every scene, expert success over many episodes,
 # learning runs, notebooks, the demo), listed with reasons in tests/conftest.py.
-# Two pytest processes (test files a-l, then m-z): one process for the whole suite accumulated
-# hundreds of compiled XLA programs and once crashed XLA late in the run; each half also clears JAX's
-# caches after every module (tests/conftest.py).
+# The fast tier runs on TEST_WORKERS pytest-xdist worker processes, whole test files per worker: most of
+# its time is XLA compilation, single-threaded, so two workers use both cores of a 2-core machine. Never
+# one process for the whole suite: it accumulated hundreds of compiled XLA programs and once crashed XLA
+# late in the run; each worker also clears JAX's caches after every module (tests/conftest.py). The slow
+# tier keeps two sequential processes (test files a-l, then m-z): its multi-process tests time heartbeats.
+TEST_WORKERS ?= 2
 TEST_ENV = export IMAGINEJAX_REF_PYTHON=$(abspath $(REF_VENV))/bin/python \
 	IMAGINEJAX_METAWORLD_PYTHON=$(abspath $(MW_VENV))/bin/python
 test: $(VENV)/.installed $(REF_VENV)/.installed $(MW_VENV)/.installed
 	$(TEST_ENV); \
-	$(VENV)/bin/python -m pytest -m "not slow" $(PYTEST_ARGS) tests/test_[a-l]*.py && \
-	$(VENV)/bin/python -m pytest -m "not slow" $(PYTEST_ARGS) tests/test_[m-z]*.py
+	$(VENV)/bin/python -m pytest -m "not slow" -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS) tests/
 
 test-slow: $(VENV)/.installed $(REF_VENV)/.installed $(MW_VENV)/.installed
 	$(TEST_ENV); \

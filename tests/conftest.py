@@ -31,7 +31,7 @@ SLOW = {
     # Long fast-tier tests whose behaviour a shorter fast test also checks (timings: clean clone, quiet).
     "test_cli.py::test_interrupted_train_resumes_to_the_uninterrupted_result": "CLI resume, 32 s; test_resume.py checks resumed == uninterrupted in the fast tier",
     "test_libero_mjx.py::test_mjx_step_freezes_done_rows": "MJX compile, 30 s",
-    "test_algos_clevr.py::test_discrete_algorithm_learns_clevr_train_level[bcq]": "learning run, 22 s; bc's stays in the fast tier",
+    "test_algos_clevr.py::test_discrete_algorithm_learns_clevr_train_level[bcq]": "learning run, 22 s",
     "test_clevr_env.py::test_single_env_views_match_batched": "19 s; the batched kernel is checked against MuJoCo C in test_clevr_physics.py",
     "test_algos_learn.py::test_td3bc_vmapped_seeds_equal_sequential_runs": "16 s; vmapped == sequential stays in the fast tier for the engine, COMBO, BCQ and CQL",
     "test_algos_equivalence.py::test_prdc_with_the_row_itself_as_neighbour_is_td3bc_bit_for_bit[False]": "11 s; the [True] case stays",
@@ -40,6 +40,14 @@ SLOW = {
     "test_sweep_sharding.py::test_sharded_runs_match_unsharded": "8 host devices in a subprocess, 34 s; the multi-process tests (slow) shard the same sweeps",
     "test_metaworld_expert.py::test_expert_collection_gives_successful_trajectories": "11 s; the expert's success is measured in the slow tier anyway",
     "test_llama_smollm2.py::test_weights_match_transformers": "19 s; greedy generation's parity with transformers stays in the fast tier",
+    "test_llama_smollm2.py::test_logits_match_transformers": "20 s; greedy generation's parity with transformers stays in the fast tier, and test_llama.py's logit parity on a random Llama",
+    "test_cli.py::test_results_in_memory_equal_the_results_read_back": "a second bench training, 22 s; test_fit.py checks in-memory == read back in the fast tier",
+    "test_algos_clevr.py::test_discrete_algorithm_learns_clevr_train_level[bc]": "learning run, 32 s with its data; every algorithm's learning run is in the slow tier",
+    "test_cheetah_expert.py::test_packaged_expert_succeeds_on_every_task": "expert success, 10 s",
+    "test_cheetah_expert.py::test_checkpoint_round_trip_and_policy_in_collect": "9 s; the expert's trainer, not the shipped expert",
+    "test_gym_adapter.py::test_check_env_passes[text-libero]": "robot arm adapter, 8 s",
+    "test_gym_adapter.py::test_check_env_passes[text-metaworld]": "robot arm adapter, 9 s",
+    "test_shipped_imaginer.py::test_study_scores_the_shipped_imaginer": "13 s; the shipped imaginer's generation and scoring stay in the fast tier",
     # Parity of MJX against MuJoCo C on every contact kind and every reset (3-5 min each).
     "test_metaworld_mjx.py::test_mjx_steps_agree_with_mujoco_c_on_every_contact_kind": "MJX parity",
     "test_metaworld_mjx.py::test_mjx_reset_agrees_with_mujoco_c_and_steps_agree_from_it": "MJX parity",

@@ -17,7 +17,8 @@ from imaginejax.interop.brax_env import BraxEnv
 
 def test_cheetah_through_brax_wrap_follows_mujoco_c_and_ends_and_auto_resets_episodes() -> None:
     batch, length = 2, 4
-    env = as_brax("cheetah", "train")
+    assert as_brax("cheetah", "train").observation_size == 18 + 384  # the state and its instruction's MiniLM embedding
+    env = as_brax("cheetah", "train", embed=None)
     assert isinstance(env, Env) and env.backend == "mjx"
     assert (env.observation_size, env.action_size) == (18, 6)
     wrapped = training.wrap(env, episode_length=length)
@@ -84,7 +85,7 @@ def test_robot_arms_step_through_brax_wrap(name: str) -> None:
         task = tasks.TASKS[int(params.goals[0, 0])].name
         env = BraxEnv(envs.make(name, "train", backend="mjx", tasks=(task,))[0], params)
     else:
-        env = as_brax(name, "train")
+        env = as_brax(name, "train", embed=None)
     wrapped = training.wrap(env, episode_length=2)
     state = jax.jit(wrapped.reset)(jax.random.split(jax.random.PRNGKey(0), 1))
     first = np.asarray(state.obs)

@@ -227,6 +227,20 @@ def test_report_of_a_workspace_and_of_a_sweep(bench_run):
     assert status == 2 and "sweep.json" in err
 
 
+def test_a_workspace_reads_back_through_relative_paths_from_another_directory(bench_run, monkeypatch):
+    """Relative paths from another working directory: export reads the final checkpoint (orbax refuses
+    relative paths unless they are made absolute where they enter), report reads the sweep."""
+    from imaginejax.policy import Policy
+
+    (bench_run["root"] / "elsewhere").mkdir()
+    monkeypatch.chdir(bench_run["root"] / "elsewhere")
+    status, out, err = run(["export", "../ws", "--seed", "1", "--data", "real", "--out", "../policy-relative"])
+    assert status == 0, err
+    assert Policy.load(bench_run["root"] / "policy-relative").provenance["seed"] == 1
+    status, out, err = run(["report", "../ws/runs/bc", "--no-figures", "--reps", "50"])
+    assert status == 0 and "| bc, real only |" in out
+
+
 def test_bench_defaults_to_every_registered_algorithm_of_the_action_space():
     """bench trains ``train.algos`` or, when empty, every registered algorithm for the action space (the
     training path itself is exercised above with BC)."""

@@ -41,6 +41,7 @@ def _engine_actions(results, algo: str, run: int, obs: np.ndarray) -> np.ndarray
 
 def test_fit_gives_a_table_curves_and_every_run(trained):
     results = trained["results"]
+    assert load_sweep(trained["workspace"]) == results  # the one results path: in memory == read back
     assert [(r.algo, r.seed) for r in results.runs] == [("bc", 0), ("bc", 1), ("td3bc", 0), ("td3bc", 1)]
     assert results.levels == ("train",)
     text = results.table()

@@ -25,6 +25,7 @@ from brax.envs.base import Env, State
 
 from imaginejax import envs as registry
 from imaginejax.envs.base import Encoder, EnvParams
+from imaginejax.lang import encode_instructions
 
 __all__ = ["BraxEnv", "MUJOCO_ENVS", "as_brax"]
 
@@ -76,13 +77,15 @@ class BraxEnv(Env):
         return str(getattr(self.env, "backend", "mjx"))
 
 
-def as_brax(name: str, level: str = "train", *, embed: Encoder | None = None, backend: str = "mjx",
+def as_brax(name: str, level: str = "train", *, embed: Encoder | None = encode_instructions, backend: str = "mjx",
             **options: Any) -> BraxEnv:
     """A MuJoCo environment of the registry and level as a brax ``Env``.
 
     Args:
       name: one of :data:`MUJOCO_ENVS`.
-      level, embed, options: as :func:`imaginejax.envs.make`.
+      level, options: as :func:`imaginejax.envs.make`.
+      embed: the instruction encoder, M strings -> (M, E); default all-MiniLM-L6-v2 (E = 384), the
+        observation our datasets and policies use: obs (S+384,). ``None``: the bare state, obs (S,).
       backend: the physics backend, "mjx" (pure JAX; what brax's vmapping needs).
     Raises: ValueError for a name outside :data:`MUJOCO_ENVS`.
     """
