@@ -149,13 +149,19 @@ def expert_dataset(env_name: str, level: str, episodes: int, seed: int, epsilon:
     return ds
 
 
+def cached_expert_path(env_name: str, level: str, episodes: int, seed: int, epsilon: float, root: str | Path, *,
+                       embed: bool = True) -> Path:
+    """Where :func:`cached_expert_data` keeps this collection: ``root``, a directory named after its parameters."""
+    record = _collection_record(env_name, level, episodes, seed, epsilon, embed)
+    tag = hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()[:12]
+    return Path(root) / f"{env_name}-{level}-real-{episodes}-{tag}"
+
+
 def cached_expert_data(env_name: str, level: str, episodes: int, seed: int, epsilon: float, root: str | Path, *,
                        embed: bool = True, log: Log = log_stderr) -> TrajectoryDataset:
     """:func:`expert_dataset` under ``root``, in a directory named after the collection parameters."""
-    record = _collection_record(env_name, level, episodes, seed, epsilon, embed)
-    tag = hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()[:12]
-    return expert_dataset(env_name, level, episodes, seed, epsilon, Path(root) / f"{env_name}-{level}-real-{episodes}-{tag}",
-                          embed=embed, log=log)
+    path = cached_expert_path(env_name, level, episodes, seed, epsilon, root, embed=embed)
+    return expert_dataset(env_name, level, episodes, seed, epsilon, path, embed=embed, log=log)
 
 
 def data_root(config: Config) -> Path:
@@ -457,9 +463,12 @@ def train_algorithm(config: Config, name: str, spec: Spec, eval_levels: dict[str
                                 mode=config.logging.progress if writer else "off",
                                 log_file=run_dir / "train.log" if writer else None, on_interval=sinks.sync)
     episodes = eval_episodes(config, eval_levels)
+    swept = {**(settings.hp if settings else {}), **(settings.sweep if settings else {})}
+    grid = "".join(f" × {k} {', '.join(f'{v:g}' for v in np.atleast_1d(values))}" for k, values in swept.items()
+                   if np.size(values) > 1)
     log(f"{name}: {count(sweep.num_runs, 'run')} ({count(t.seeds, 'seed')} × "
         f"{count(sweep.num_runs // t.seeds, 'configuration')}: "
-        f"{', '.join(d or 'real only' for d in data)}), {t.updates} updates each, batch {batch_size}, "
+        f"{', '.join(d or 'real only' for d in data)}{grid}), {t.updates} updates each, batch {batch_size}, "
         f"{count(t.intervals, 'evaluation')} of {', '.join(f'{lv} {n}' for lv, n in episodes.items())} episodes "
         f"(every task equally often) -> {run_dir}")
     progress.compiling()
@@ -629,8 +638,9 @@ def source_summary(datasets: Sequence[TrajectoryDataset]) -> dict[str, Any]:
             "filters": provenance.get("filters", [])}
 
 
-# Seconds per unit of work on a CPU, for the plan's rough estimate (see docs/estimates.md).
-ROUGH_SECONDS = {"compile": 90.0, "sample": 2e-7, "eval_step": 1e-5, "rollout": 2.0, "finetune_step": 1.5}
+# Seconds per unit of work on a 2-core CPU, for the plan's rough estimate (measured: docs/estimates.md).
+ROUGH_SECONDS = {"compile": 20.0, "sample": 1.5e-5, "eval_step": 2e-5, "rollout": 0.2, "collect": 10.0,
+                 "finetune_step": 1.5, "finetune_step_tiny": 0.5}
 
 
 def plan(config: Config, out: str | Path, *, imaginary_paths: Sequence[str | Path] = (), real_given: bool = False) -> str:
@@ -651,16 +661,22 @@ def plan(config: Config, out: str | Path, *, imaginary_paths: Sequence[str | Pat
         if condition in conditions or (condition == "imaginary" and imaginary_given):
             levels_of = given_levels if condition == "imaginary" and imaginary_given else imagined_levels(config)
             sources += [f"{condition}/pooled"] if t.protocol == "pooled" else [f"{condition}/{lv}" for lv in levels_of]
-    ratios = max(1, len([r for r in t.ratios if r > 0]))
-    configs = ("real" in conditions) + (len(sources) - ("real" in conditions)) * ratios
-    runs = t.seeds * configs  # per algorithm, before swept hyperparameters
+    spec = env_interface(config)
+    runs = {name: algorithm_sweep(config, name, spec, sources)[2].num_runs for name in algos}  # as trained
+    configs = Sweep.grid(seeds=1, ratios=t.ratios, data=sources).num_runs  # data configurations per seed
     eval_steps = eval_steps_per_run(config, bare_levels)
-    seconds = len(algos) * (ROUGH_SECONDS["compile"] + runs * t.updates * t.batch_size * ROUGH_SECONDS["sample"]
-                            + runs * t.intervals * eval_steps * ROUGH_SECONDS["eval_step"])
+    seconds = sum(ROUGH_SECONDS["compile"] + n * t.updates * t.batch_size * ROUGH_SECONDS["sample"]
+                  + n * t.intervals * eval_steps * ROUGH_SECONDS["eval_step"] for n in runs.values())
     lines = [f"plan ({d.env}, preset {config.name or 'custom'}) -> {out}:",
              "  real data: " + ("the given --real datasets" if real_given else
                                 f"{d.episodes} expert trajectories of train (cached in {data_root(config)})")]
     imagined = imagined_levels(config)
+    collections = ([] if real_given else [("train", d.episodes, d.seed)]) + (
+        [(lv, level_episodes(config, lv), im.seed + i) for i, lv in enumerate(imagined)] if "oracle" in conditions
+        or ("imaginary" in conditions and im.source == "oracle" and not imaginary_given) else [])
+    seconds += ROUGH_SECONDS["collect"] * sum(  # datasets not cached yet
+        not (cached_expert_path(d.env, lv, n, seed, d.epsilon, data_root(config), embed=d.embed) / "manifest.json").exists()
+        for lv, n, seed in collections)
     if imaginary_given:
         lines.append("  imaginary data: the given --imaginary datasets (no imaginer)")
     elif "imaginary" in conditions and im.source == "imaginer":
@@ -670,7 +686,7 @@ def plan(config: Config, out: str | Path, *, imaginary_paths: Sequence[str | Pat
             lines.append(f"  imaginary data: the package's trained {d.env} imaginer, loaded (no fine-tuning)")
         else:
             steps = int(dict(im.finetune).get("num_steps", PRESETS[im.preset].num_steps))
-            seconds += steps * ROUGH_SECONDS["finetune_step"]
+            seconds += steps * ROUGH_SECONDS["finetune_step_tiny" if im.preset == "tiny" else "finetune_step"]
             lines.append(f"  imaginary data: FINE-TUNES imaginer preset {im.preset!r} for {steps} steps on the real "
                          f"data first (resumable, in {Path(out) / 'imaginary' / 'imaginer'}); skip it with --set "
                          "imagine.preset=shipped (a trained imaginer, where one ships), --set imagine.source=oracle "
@@ -684,13 +700,17 @@ def plan(config: Config, out: str | Path, *, imaginary_paths: Sequence[str | Pat
         lines.append(f"  oracle data: expert rollouts of {', '.join(imagined)} (cached)")
     lines += [f"  algorithms: {', '.join(algos)}" + ("" if t.algos else " (every registered one; choose with --algo "
                                                      "or train.algos)"),
-              f"  runs: {runs} per algorithm ({count(t.seeds, 'seed')} × {count(configs, 'data configuration')}"
-              + (", × swept hyperparameters" if any(a.sweep for a in t.algo.values()) else "") + f"), {t.updates} "
-              f"updates each (batch {t.batch_size})",
+              "  runs: " + ", ".join(f"{name} {n}" for name, n in runs.items())
+              + f" ({count(t.seeds, 'seed')} × {count(configs, 'data configuration')}"
+              + "".join(f" × {name}'s {count(n // (t.seeds * configs), 'hyperparameter setting')}"
+                        for name, n in runs.items() if n != t.seeds * configs)
+              + f"), {t.updates} updates each (batch {t.batch_size})",
               f"  evaluation: {'once' if t.intervals == 1 else f'{t.intervals} times'}, episodes per level: "
               + ", ".join(f"{lv} {n}" for lv, n in eval_episodes(config, bare_levels).items()),
-              f"  estimate: roughly {format_seconds(seconds)} on a {jax.default_backend().upper()} (rough, from these "
-              "sizes; a loaded machine or a small run dominated by compilation can take several times longer)"]
+              f"  estimate: roughly {format_seconds(seconds)} on a 2-core CPU (from these sizes, measured within 10-30 % "
+              "on such a machine; more cores are faster, a loaded machine slower)" if jax.default_backend() == "cpu"
+              else f"  estimate: none for a {jax.default_backend().upper()} yet (the progress line's ETA follows from "
+                   "the second interval)"]
     return "\n".join(lines)
 
 

@@ -343,6 +343,16 @@ def test_ctrl_c_ends_a_command_with_one_line_and_status_130(monkeypatch):
     assert run(["report", "ws"]) == (130, "", "imaginejax report: interrupted: re-run the same command to start again\n")
 
 
+def test_the_plan_counts_the_runs_each_algorithm_trains(tmp_path):
+    from imaginejax import bench
+
+    config = load_config("clevr-quick", ['train.algos=["bc", "cql"]', "train.algo.cql.sweep.alpha=[1, 5, 10]",
+                                         "train.seeds=1", 'imagine.levels=["easy"]', "train.intervals=1"])
+    text = bench.plan(config, tmp_path)
+    assert ("runs: bc 3, cql 9 (1 seed × 3 data configurations × cql's 3 hyperparameter settings)" in text
+            and "evaluation: once" in text and "192 imaginary rollouts" not in text), text
+
+
 def test_config_errors_reach_the_command_line_as_exit_status_2(tmp_path):
     status, _, err = run(["train", "--out", str(tmp_path), "--set", "train.updates=abc"])
     assert status == 2 and "imaginejax train: error: config field train.updates" in err

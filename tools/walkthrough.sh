@@ -41,6 +41,9 @@ EOF
   echo "# repository $URL at $(git -C "$REPO" rev-parse --short HEAD)"; } >> "$LOG"
 step "$PY -m venv venv" "$PY" -m venv "$OUT/venv"
 export PATH=$OUT/venv/bin:$PATH
+# Python 3.12.1's bundled pip (23.2) refuses "name @ git+file:///path" ("It looks like a path"); any
+# current pip takes it. A fresh venv's first step anyway:
+step "pip install --upgrade pip" pip install --quiet --upgrade pip
 step "pip install \"imaginejax[interop,figures] @ git+<repository URL>\"" \
   pip install --quiet "imaginejax[interop,figures] @ git+$URL"
 step "imaginejax setup-weights" imaginejax setup-weights
