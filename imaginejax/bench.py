@@ -652,7 +652,8 @@ def plan(config: Config, out: str | Path, *, imaginary_paths: Sequence[str | Pat
     d, im, t = config.data, config.imagine, config.train
     levels = tuple(t.eval_levels or envs.ENV_LEVELS[d.env])
     bare_levels = {lv: envs.make(d.env, lv) for lv in levels}
-    algos = tuple(t.algos) or algo_registry.registered(bool(next(iter(bare_levels.values()))[0].discrete))
+    spec = env_interface(config)
+    algos = algorithm_names(config, spec)
     conditions = data_conditions(config)
     imaginary_given = bool(imaginary_paths)
     given_levels = sorted({read_manifest(path)["level"] for path in imaginary_paths})
@@ -661,7 +662,6 @@ def plan(config: Config, out: str | Path, *, imaginary_paths: Sequence[str | Pat
         if condition in conditions or (condition == "imaginary" and imaginary_given):
             levels_of = given_levels if condition == "imaginary" and imaginary_given else imagined_levels(config)
             sources += [f"{condition}/pooled"] if t.protocol == "pooled" else [f"{condition}/{lv}" for lv in levels_of]
-    spec = env_interface(config)
     runs = {name: algorithm_sweep(config, name, spec, sources)[2].num_runs for name in algos}  # as trained
     configs = Sweep.grid(seeds=1, ratios=t.ratios, data=sources).num_runs  # data configurations per seed
     eval_steps = eval_steps_per_run(config, bare_levels)
