@@ -16,19 +16,27 @@ dtype's pickled state is read, never applied: structured, subarray, void, dateti
 dtypes are refused. Any other global, opcode (``INST``, ``OBJ``, ``NEWOBJ``, extension registry,
 persistent ids, out-of-band buffers, sets) or a malformed stream raises :class:`DatasetError` naming the
 dict key under which it sits (or the file), and nothing of the file's choosing runs.
+
+Memory and time stay linear in what the file decodes to: every array built from the stream, every value
+used again by reference (memo) — counted once per use, as it would be stacked — and every number inside a
+container are charged to the file's :class:`~imaginejax.data.budget.DecodeBudget` before they are built,
+and a value's key path is put together only when an error names it.
 """
 
 from __future__ import annotations
 
 import io
+import itertools
 import math
 import pickletools
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from imaginejax.data.budget import DecodeBudget
 from imaginejax.data.errors import DatasetError
 
 __all__ = ["read_pickle"]
@@ -73,11 +81,17 @@ class _Array:
 
 
 class _ObjectArray:
-    """An object array: its shape and elements, assembled (cleaned, then filled in) at the end."""
+    """An object array: its shape and the stream's list whose first ``math.prod(shape)`` elements it holds
+    (never copied: the stream may only append to a list later), assembled at the end."""
 
     def __init__(self, shape: tuple[int, ...], items: list[Any]) -> None:
         self.shape = shape
         self.items = items
+        self.count = math.prod(shape)
+
+
+Charge = Callable[[int, str], None]
+"""``charge(nbytes, what)``: adds bytes about to be built to the file's budget (raises past its limit)."""
 
 
 class _Unsupported(ValueError):
@@ -88,7 +102,7 @@ def _dtype(descr: str, state: Any) -> np.dtype | _Refused:
     """The dtype of ``numpy.dtype(descr)`` with pickled ``state``
     ``(3, byteorder, subarray, names, fields, elsize, alignment, flags)`` (version 4 adds metadata)."""
     if not isinstance(descr, str) or not _DESCR.fullmatch(descr):
-        return _Refused(f"the dtype {descr!r} is not a bool / integer / float / complex / string dtype")
+        return _Refused(f"the dtype {_cut(descr)!r} is not a bool / integer / float / complex / string dtype")
     if not isinstance(state, tuple) or len(state) not in (8, 9) or state[0] not in (3, 4):
         return _Refused(f"a dtype {descr!r} with an unknown pickled state")
     byteorder, subarray, names, fields, elsize = state[1:6]
@@ -118,7 +132,14 @@ def _shape(value: Any) -> tuple[int, ...] | None:
     return None
 
 
-def _from_bytes(raw: Any, dtype: Any, shape: Any, fortran: Any) -> Any:
+def _cut(text: Any, width: int = 60) -> Any:
+    """``text`` cut to ``width`` characters (names chosen by the file can be megabytes long)."""
+    if isinstance(text, (str, bytes)) and len(text) > width:
+        return text[:width] + (b"..." if isinstance(text, bytes) else "...")
+    return text
+
+
+def _from_bytes(raw: Any, dtype: Any, shape: Any, fortran: Any, charge: Charge) -> Any:
     """A numeric / string array from raw bytes, or an object array from a list of elements."""
     if isinstance(dtype, _Refused):
         return dtype
@@ -132,13 +153,14 @@ def _from_bytes(raw: Any, dtype: Any, shape: Any, fortran: Any) -> Any:
                             "are read only element by element, never from raw bytes)")
         if fortran and len(shape) > 1:
             return _Refused("a Fortran-ordered object array")
-        return _ObjectArray(shape, list(raw))  # a copy: the stream may append to the list later
+        return _ObjectArray(shape, raw)
     if isinstance(raw, bytearray):
         raw = bytes(raw)
     if not isinstance(raw, bytes) or len(raw) != count * dtype.itemsize:
         got = f"{len(raw)} bytes" if isinstance(raw, bytes) else type(raw).__name__
         return _Refused(f"an array of shape {shape} and dtype {dtype} with {got} of data "
                         f"(expected {count * dtype.itemsize})")
+    charge(len(raw), f"an array {dtype}{list(shape)} built from the stream would decode to {len(raw)} bytes")
     array = np.frombuffer(raw, dtype=dtype).reshape(shape, order="F" if fortran else "C").copy(order="K")
     if dtype.kind == "b":
         array = array.view(np.uint8).astype(np.bool_)  # any non-zero byte is True (keeps 0-d arrays)
@@ -149,7 +171,7 @@ def _from_bytes(raw: Any, dtype: Any, shape: Any, fortran: Any) -> Any:
     return array
 
 
-def _reduce(func: Any, args: Any) -> Any:
+def _reduce(func: Any, args: Any, charge: Charge) -> Any:
     """The value of ``func(*args)`` for the recognised globals (never a call of the file's choosing)."""
     for part in (func, *(args if isinstance(args, tuple) else ())):
         if isinstance(part, _Refused):
@@ -165,14 +187,14 @@ def _reduce(func: Any, args: Any) -> Any:
         dtype = args[1].value if isinstance(args[1], _DType) else args[1]
         if isinstance(dtype, np.dtype) and dtype.kind == "O":
             return _Refused("an object array from a raw buffer")
-        return _from_bytes(args[0], dtype, args[2], args[3] == "F")
+        return _from_bytes(args[0], dtype, args[2], args[3] == "F", charge)
     if name == "scalar" and len(args) == 2 and isinstance(args[0], _DType):
         dtype = args[0].value
         if isinstance(dtype, _Refused):
             return dtype
         if not isinstance(dtype, np.dtype) or dtype.kind == "O":
             return _Refused("a NumPy scalar of an object or malformed dtype")
-        array = _from_bytes(args[1], dtype, (), False)
+        array = _from_bytes(args[1], dtype, (), False, charge)
         return array if isinstance(array, _Refused) else array[()]
     if name == "_codecs.encode" and len(args) == 2 and isinstance(args[0], str) and args[1] in ("latin1", "latin-1"):
         return args[0].encode("latin-1")
@@ -183,7 +205,7 @@ def _reduce(func: Any, args: Any) -> Any:
     return _Refused(f"a call of {name} with unexpected arguments")
 
 
-def _build(obj: Any, state: Any) -> Any:
+def _build(obj: Any, state: Any, charge: Charge) -> Any:
     """``obj.__setstate__(state)`` for a pending dtype or array: the value it becomes."""
     for part in (obj, state):
         if isinstance(part, _Refused):
@@ -198,7 +220,7 @@ def _build(obj: Any, state: Any) -> Any:
             obj.value = _Refused("an array with a malformed pickled state")
         else:
             shape, dtype, fortran, raw = state
-            obj.value = _from_bytes(raw, dtype.value, shape, fortran)
+            obj.value = _from_bytes(raw, dtype.value, shape, fortran, charge)
         return obj
     return _Refused("a __setstate__ of something other than a NumPy array or dtype")
 
@@ -220,13 +242,14 @@ def _global(module: Any, name: Any) -> _Global | _Refused:
     key = (module, name)
     if key in _GLOBALS:
         return _Global(_GLOBALS[key])
-    return _Refused(f"the pickle stream imports the global {module}.{name}, which is not a NumPy array "
+    return _Refused(f"the pickle stream imports the global {_cut(module)}.{_cut(name)}, which is not a NumPy array "
                     "reconstructor or a plain container; refused without importing it (loading it could run "
                     "arbitrary code)")
 
 
-def _interpret(data: bytes) -> Any:
+def _interpret(data: bytes, charge: Charge) -> Any:
     """Runs the opcodes of one pickle in ``data`` on a private stack; returns the top value (unassembled).
+    Every array built is charged first (``charge``).
 
     Raises:
       ValueError: a malformed stream or an opcode outside the accepted set (message without the field).
@@ -317,10 +340,10 @@ def _interpret(data: bytes) -> Any:
             stack.append(_global(module, attr))
         elif name == "REDUCE":
             args = stack.pop()
-            stack[-1] = _reduce(stack[-1], args)
+            stack[-1] = _reduce(stack[-1], args, charge)
         elif name == "BUILD":
             state = stack.pop()
-            stack[-1] = _build(stack[-1], state)
+            stack[-1] = _build(stack[-1], state, charge)
         elif name in ("PUT", "BINPUT", "LONG_BINPUT", "MEMOIZE"):
             memo[len(memo) if name == "MEMOIZE" else int(arg)] = stack[-1]
         elif name in ("GET", "BINGET", "LONG_BINGET"):
@@ -331,28 +354,58 @@ def _interpret(data: bytes) -> Any:
     raise ValueError("the stream ends without STOP")
 
 
+Path_ = tuple[Any, Any, bool] | None
+"""Where a value sits, built only when an error names it: ``(parent, dict key or list index, is_index)``."""
+
+
+def _render(where: Path_) -> str:
+    """``("outer/inner", [2])`` path as text: dict keys joined by ``/``, list positions as ``[i]``."""
+    parts: list[tuple[str, bool]] = []
+    while where is not None:
+        where, key, index = where
+        text = str(key) if not isinstance(key, int) or key.bit_length() <= 64 else f"<{key.bit_length()}-bit int>"
+        parts.append((str(_cut(text)), index))
+    out = ""
+    for text, index in reversed(parts):
+        out += f"[{text}]" if index else (f"/{text}" if out else text)
+    return out
+
+
+def _leaf_size(value: Any) -> int:
+    """Bytes a leaf decodes to when stacked: arrays their buffer, strings 4 per character (``U``)."""
+    if isinstance(value, (np.ndarray, np.generic)):
+        return int(value.nbytes)
+    if isinstance(value, str):
+        return 4 * len(value)
+    return len(value)
+
+
 class _Assembler:
     """Turns interpreted values into plain ones: pending arrays resolved, object arrays filled, refused
     values raised with the dict key (or list index) under which they sit; shared values assembled once,
-    cycles and nesting deeper than 100 refused."""
+    cycles and nesting deeper than 100 refused.
 
-    def __init__(self, file_field: str, path: Path | None) -> None:
+    Each container, before it is built, charges the budget with what is new in it: 8 bytes per number and
+    the whole size of every child used again by reference (a value the stream repeats decodes, once
+    stacked, to one copy per use), and an object array its pointers. Every list is walked once, also when
+    object arrays share it (running sums give each one's size), so time is linear in the stream."""
+
+    def __init__(self, file_field: str, path: Path | None, budget: DecodeBudget) -> None:
         self.file_field = file_field
         self.path = path
-        self.done: dict[int, Any] = {}
+        self.budget = budget
+        self.done: dict[int, tuple[Any, int]] = {}  # id -> (assembled value, decoded bytes)
         self.open: set[int] = set()
         self.keep: list[Any] = []  # keeps assembled inputs alive so their ids stay unique
+        self.shared: dict[int, tuple[list[Any], list[int], list[int]]] = {}  # id(list) -> (values, sizes, new)
 
-    def fail(self, where: str, problem: str, fix: str = _FIX_REEXPORT) -> DatasetError:
-        return DatasetError(where or self.file_field, problem, fix, self.path)
+    def fail(self, where: Path_, problem: str, fix: str = _FIX_REEXPORT) -> DatasetError:
+        return DatasetError(_render(where) or self.file_field, problem, fix, self.path)
 
-    def __call__(self, value: Any, where: str = "", depth: int = 0) -> Any:
-        if value is None or type(value) in (bool, int, float, str, bytes):
-            return value
-        if isinstance(value, (np.ndarray, np.generic)):
-            return value
-        if isinstance(value, bytearray):
-            return bytes(value)
+    def __call__(self, value: Any, where: Path_ = None, depth: int = 0) -> tuple[Any, int, bool]:
+        """(assembled value, bytes it decodes to, whether it was seen before)."""
+        if value is None or type(value) in (bool, int, float):
+            return value, 8, True
         if isinstance(value, _Refused):
             raise self.fail(where, value.reason)
         if isinstance(value, _Array):
@@ -361,57 +414,96 @@ class _Assembler:
             return self(value.value, where, depth)
         if isinstance(value, (_Global, _DType)):
             raise self.fail(where, "a bare NumPy type or dtype where data belongs")
-        if depth > _MAX_DEPTH:
-            raise self.fail(where, f"values nested deeper than {_MAX_DEPTH} levels")
         key = id(value)
         if key in self.done:
-            return self.done[key]
+            out, size = self.done[key]
+            return out, size, True
+        if type(value) in (str, bytes, bytearray) or isinstance(value, (np.ndarray, np.generic)):
+            out = bytes(value) if isinstance(value, bytearray) else value
+            self.keep.append(value)
+            self.done[key] = (out, _leaf_size(value))
+            return out, _leaf_size(value), False
+        if depth > _MAX_DEPTH:
+            raise self.fail(where, f"values nested deeper than {_MAX_DEPTH} levels")
         if key in self.open:
             raise self.fail(where, "a container that contains itself")
         self.open.add(key)
         self.keep.append(value)
         if isinstance(value, dict):
-            out: Any = {k: self(v, f"{where}/{k}" if where else str(k), depth + 1) for k, v in value.items()}
+            parts = [(k, self(v, (where, k, False), depth + 1)) for k, v in value.items()]
+            children = [part for _, part in parts]
         elif isinstance(value, (list, tuple)):
-            out = type(value)(self(v, f"{where}[{i}]", depth + 1) for i, v in enumerate(value))
+            children = [self(v, (where, i, True), depth + 1) for i, v in enumerate(value)]
         elif isinstance(value, _ObjectArray):
-            items = [self(v, f"{where}[{i}]" if value.shape else where, depth + 1) for i, v in enumerate(value.items)]
-            out = np.empty(len(items), dtype=object)
-            for i, item in enumerate(items):
-                out[i] = item
-            out = out.reshape(value.shape)
+            out = self.object_array(value, where, depth)
+            self.open.discard(key)
+            return out, self.done[key][1], False
         else:
             raise self.fail(where, f"a {type(value).__name__}")
+        size = sum(child[1] for child in children)
+        new = sum(child[1] for child in children if child[2])
+        if new:
+            repeated = sum(1 for child in children if child[2] and type(child[0]) not in (bool, int, float)
+                           and child[0] is not None)
+            what = f"would expand to {size} bytes" + (f" ({repeated} entries repeated by reference)" if repeated else "")
+            self.budget.charge(new, _render(where) or self.file_field, what)
+        if isinstance(value, dict):
+            out: Any = {k: part[0] for k, part in parts}
+        else:
+            out = type(value)(child[0] for child in children)
         self.open.discard(key)
-        self.done[key] = out
+        self.done[key] = (out, size)
+        return out, size, False
+
+    def object_array(self, value: _ObjectArray, where: Path_, depth: int) -> np.ndarray:
+        """The object array of the first ``value.count`` elements of its list (walked once per list)."""
+        if id(value.items) not in self.shared:
+            self.keep.append(value.items)
+            self.shared[id(value.items)] = ([], [0], [0])
+        values, sizes, new = self.shared[id(value.items)]
+        for i in range(len(values), value.count):
+            item, size, seen = self(value.items[i], (where, i, True) if value.shape else where, depth + 1)
+            values.append(item)
+            sizes.append(sizes[-1] + size)
+            new.append(new[-1] + (size if seen else 0))
+        count = value.count
+        self.budget.charge(new[count] + 8 * count, _render(where) or self.file_field,
+                           f"an object array of {count} elements would expand to {sizes[count]} bytes")
+        out = np.fromiter(itertools.islice(values, count), dtype=object, count=count).reshape(value.shape)
+        self.done[id(value)] = (out, sizes[count])
         return out
 
 
-def read_pickle(data: bytes, *, field: str, path: str | Path | None = None) -> Any:
+def read_pickle(data: bytes, *, field: str, path: str | Path | None = None,
+                budget: DecodeBudget | None = None) -> Any:
     """Reads one pickle (protocols 2–5) of NumPy arrays, strings and plain containers (module docstring).
 
     Args:
       data: the stream (bytes after it are ignored, as by :mod:`pickle`).
       field: names the stream in errors not tied to one dict key (usually the file's name).
       path: the file, for the error.
+      budget: the file's decode budget (default: a new one, :func:`~imaginejax.data.budget.decoded_limit`).
 
     Returns:
       The value: dicts, lists, tuples, str, bytes, numbers, None, NumPy arrays and scalars.
 
     Raises:
       DatasetError: naming the dict key (``"outer/inner"``, list positions as ``[i]``) or ``field``, for
-        anything refused, and ``field`` for a malformed or truncated stream.
+        anything refused or decoding past the budget, and ``field`` for a malformed or truncated stream.
     """
     path = None if path is None else Path(path)
+    budget = DecodeBudget(path) if budget is None else budget
     try:
-        value = _interpret(data)
+        value = _interpret(data, lambda nbytes, what: budget.charge(nbytes, field, what))
+    except DatasetError:
+        raise
     except _Unsupported as err:
         raise DatasetError(field, f"refused pickle stream: {err}", _FIX_REEXPORT, path) from None
     except (ValueError, IndexError, KeyError, TypeError, OverflowError, MemoryError, EOFError) as err:
         raise DatasetError(field, f"unreadable pickle stream ({type(err).__name__}: {err})", _FIX_CORRUPT,
                            path) from None
     try:
-        return _Assembler(field, path)(value)
+        return _Assembler(field, path, budget)(value)[0]
     except DatasetError:
         raise
     except (ValueError, TypeError, MemoryError) as err:

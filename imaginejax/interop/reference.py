@@ -78,6 +78,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from imaginejax.data.budget import DecodeBudget
 from imaginejax.data.errors import DatasetError
 from imaginejax.data.safe_pickle import read_pickle
 from imaginejax.data.types import LEVELS, SOURCES, TrajectoryDataset
@@ -111,7 +112,8 @@ def _plain_dtype(dtype: np.dtype) -> bool:
     return dtype.kind in "biufcUS" and dtype.names is None and dtype.subdtype is None and dtype.metadata is None
 
 
-def load_npy(path: str | os.PathLike[str], *, trust_pickle: bool = False) -> Any:
+def load_npy(path: str | os.PathLike[str], *, trust_pickle: bool = False,
+             max_decoded_bytes: int | None = None) -> Any:
     """Reads a ``.npy`` file without running code from it.
 
     A ``.npy`` of a bool / numeric / string dtype is read after checking that the file holds exactly
@@ -124,15 +126,19 @@ def load_npy(path: str | os.PathLike[str], *, trust_pickle: bool = False) -> Any
       path: the file.
       trust_pickle: read any pickle with :mod:`pickle` — runs whatever code the file holds; only for files
         whose origin you trust.
+      max_decoded_bytes: the most bytes the file may decode to (default: :mod:`imaginejax.data.budget`).
 
     Returns:
       The array, or the object a 0-d object array holds (typically a dict of arrays).
 
     Raises:
-      DatasetError: naming the dict key (or the file) for a refused value, and the file for a malformed
-        header, a refused dtype or a truncated payload.
+      DatasetError: naming the dict key (or the file) for a refused value or one that decodes past the
+        budget, and the file for a malformed header, a refused dtype or a truncated payload.
     """
-    path = Path(path)
+    return _load_npy(Path(path), trust_pickle, DecodeBudget(path, max_decoded_bytes))
+
+
+def _load_npy(path: Path, trust_pickle: bool, budget: DecodeBudget) -> Any:
     field = path.name
     corrupt = "the file is corrupted or truncated; re-download or re-export it"
     with open(path, "rb") as f:
@@ -142,7 +148,8 @@ def load_npy(path: str | os.PathLike[str], *, trust_pickle: bool = False) -> Any
             if head[:1] != b"\x80":
                 raise DatasetError(field, "neither a .npy file (no \\x93NUMPY magic) nor a pickle stream",
                                    "pass a file written by np.save", path)
-            value = pickle.load(f) if trust_pickle else read_pickle(f.read(), field=field, path=path)  # noqa: S301
+            value = pickle.load(f) if trust_pickle else read_pickle(f.read(), field=field, path=path,  # noqa: S301
+                                                                    budget=budget)
         else:
             try:
                 version = np.lib.format.read_magic(f)
@@ -165,6 +172,7 @@ def load_npy(path: str | os.PathLike[str], *, trust_pickle: bool = False) -> Any
                 if left != count * dtype.itemsize:
                     raise DatasetError(field, f"the header promises {count * dtype.itemsize} bytes of "
                                        f"{dtype}{list(shape)}, the file holds {left}", corrupt, path)
+                budget.charge(left, field, f"{dtype}{list(shape)} decodes to {left} bytes")
                 try:
                     array = np.fromfile(f, dtype=dtype, count=count)
                     return array.reshape(shape, order="F" if fortran else "C")
@@ -174,7 +182,7 @@ def load_npy(path: str | os.PathLike[str], *, trust_pickle: bool = False) -> Any
             if trust_pickle:
                 value = pickle.load(f)  # noqa: S301 — explicit opt-in
             else:
-                value = read_pickle(f.read(), field=field, path=path)
+                value = read_pickle(f.read(), field=field, path=path, budget=budget)
             if isinstance(value, np.ndarray) and value.shape != tuple(shape):
                 raise DatasetError(field, f"the pickled array has shape {value.shape}, the header says {shape}",
                                    corrupt, path)
@@ -204,11 +212,13 @@ HDF5_READER = Path(importlib.util.find_spec("imaginejax.data.hdf5_reader").origi
 """The script the child process runs (:mod:`imaginejax.data.hdf5_reader`)."""
 
 
-def _hdf5_child(mode: str, path: Path, out_dir: Path) -> dict[str, Any]:
-    """Runs :mod:`imaginejax.data.hdf5_reader` on ``path`` in a child process; returns its result record.
+def _hdf5_child(mode: str, path: Path, out_dir: Path, budget: DecodeBudget) -> dict[str, Any]:
+    """Runs :mod:`imaginejax.data.hdf5_reader` on ``path`` in a child process (with what is left of
+    ``budget``, charged with what it decoded); returns its result record.
 
     Raises:
-      DatasetError: the child refused the file (its field), or crashed or ran past the time limit (the file).
+      DatasetError: the child refused the file (its field) or found it decoding past ``budget``, or crashed
+        or ran past the time limit (the file).
     """
     import subprocess
     import sys
@@ -216,7 +226,7 @@ def _hdf5_child(mode: str, path: Path, out_dir: Path) -> dict[str, Any]:
     limit = HDF5_SECONDS[0] + HDF5_SECONDS[1] * path.stat().st_size
     corrupt = "the file is corrupted or malformed; re-download or re-export it"
     try:
-        done = subprocess.run([sys.executable, "-I", str(HDF5_READER), mode, str(path), str(out_dir)],
+        done = subprocess.run([sys.executable, "-I", str(HDF5_READER), mode, str(path), str(out_dir), str(budget.left)],
                               capture_output=True, text=True, timeout=limit, check=False)
     except subprocess.TimeoutExpired:
         raise DatasetError(path.name, f"the HDF5 library did not finish reading it within {limit:.0f} s (malformed "
@@ -227,14 +237,18 @@ def _hdf5_child(mode: str, path: Path, out_dir: Path) -> dict[str, Any]:
         raise DatasetError(path.name, f"the HDF5 library crashed reading it ({how}; {done.stderr.strip()[-300:]})",
                            corrupt, path)
     result = json.loads(result_file.read_text())
+    if "what" in result:
+        budget.charge(result["decoded"], result["field"], result["what"])
     if "field" in result:
         raise DatasetError(result["field"], result["problem"], result["fix"], path)
+    budget.charge(result.get("decoded", 0), path.name, "its datasets")
     return result
 
 
-def check_hdf5_file(path: str | os.PathLike[str]) -> None:
-    """Refuses an HDF5 file with links or datasets that read outside it, or with non-plain datasets (the
-    rules of :mod:`imaginejax.data.hdf5_reader`), checked in a child process. Nothing is read.
+def check_hdf5_file(path: str | os.PathLike[str], *, max_decoded_bytes: int | None = None) -> None:
+    """Refuses an HDF5 file with links or datasets that read outside it, with non-plain datasets, or whose
+    datasets would decode to more than ``max_decoded_bytes`` in all (the rules of
+    :mod:`imaginejax.data.hdf5_reader`), checked in a child process. Only variable-length strings are read.
 
     Raises:
       DatasetError: naming the object (or the file, when the HDF5 library cannot read it).
@@ -242,14 +256,14 @@ def check_hdf5_file(path: str | os.PathLike[str]) -> None:
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="imaginejax-hdf5-") as tmp:
-        _hdf5_child("check", Path(path), Path(tmp))
+        _hdf5_child("check", Path(path), Path(tmp), DecodeBudget(path, max_decoded_bytes))
 
 
-def _read_hdf5(path: Path) -> dict[str, Any]:
+def _read_hdf5(path: Path, budget: DecodeBudget) -> dict[str, Any]:
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="imaginejax-hdf5-") as tmp:
-        result = _hdf5_child("read", path, Path(tmp))
+        result = _hdf5_child("read", path, Path(tmp), budget)
         with np.load(Path(tmp) / "fields.npz", allow_pickle=False) as archive:
             out: dict[str, Any] = {name: archive[f"arr_{i}"] for i, name in enumerate(result["fields"])}
     if result["metadata"] is not None:
@@ -257,8 +271,9 @@ def _read_hdf5(path: Path) -> dict[str, Any]:
     return out
 
 
-def _arrow_to_numpy(column: Any, name: str, path: Path) -> np.ndarray:
-    """A (nested) list column of equal-length lists of numbers, bools or strings → an (N, ...) array."""
+def _arrow_to_numpy(column: Any, name: str, path: Path, budget: DecodeBudget) -> np.ndarray:
+    """A (nested) list column of equal-length lists of numbers, bools or strings (plain or dictionary-encoded)
+    → an (N, ...) array; strings are charged to ``budget`` at their decoded size before they are expanded."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -277,8 +292,18 @@ def _arrow_to_numpy(column: Any, name: str, path: Path) -> np.ndarray:
         arr = arr.flatten()
     if arr.null_count:
         raise DatasetError(name, f"{arr.null_count} null values", "fill every value", path)
+    if pa.types.is_dictionary(arr.type) and (pa.types.is_string(arr.type.value_type)
+                                             or pa.types.is_large_string(arr.type.value_type)):
+        lengths = np.asarray(pc.binary_length(arr.dictionary).to_numpy(zero_copy_only=False), np.int64)
+        nbytes = int(lengths[np.asarray(arr.indices.to_numpy(zero_copy_only=False))].sum()) + 4 * len(arr)
+        budget.charge(nbytes, name, f"{len(arr)} strings drawn from a dictionary of {len(lengths)} would decode to "
+                      f"{nbytes} bytes")
+        arr = arr.dictionary_decode()
     if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type):
-        return np.asarray(arr.to_pylist(), dtype=str).reshape(shape)
+        width = int(pc.max(pc.utf8_length(arr)).as_py() or 0) if len(arr) else 0
+        budget.charge(4 * width * len(arr), name, f"{len(arr)} strings of up to {width} characters would decode to "
+                      f"{4 * width * len(arr)} bytes as an array")
+        return np.asarray(arr.to_pylist(), dtype=f"U{max(width, 1)}").reshape(shape)
     if not (pa.types.is_integer(arr.type) or pa.types.is_floating(arr.type) or pa.types.is_boolean(arr.type)):
         raise DatasetError(name, f"column of {column.type}: its values are not numbers, bools or strings",
                            "store numeric / string columns (lists of them for per-step fields)", path)
@@ -300,7 +325,38 @@ def _npy_bytes(data: bytes, name: str, path: Path) -> np.ndarray:
     return np.frombuffer(data, dtype, count, f.tell()).reshape(shape, order="F" if fortran else "C").copy()
 
 
-def _read_parquet(path: Path) -> dict[str, Any]:
+_WIDTHS = {"BOOLEAN": 1, "INT32": 4, "INT64": 8, "INT96": 12, "FLOAT": 4, "DOUBLE": 8}
+
+
+def _parquet_estimate(parquet: Any, name: str) -> int:
+    """Bytes column ``name`` takes once read, from the footer: values × width (fixed-width), the pages'
+    uncompressed size (strings; dictionary-encoded strings are read as dictionaries), 8 per value of
+    offsets."""
+    meta = parquet.metadata
+    total = 0
+    for g in range(meta.num_row_groups):
+        group = meta.row_group(g)
+        for c in range(group.num_columns):
+            chunk = group.column(c)
+            if chunk.path_in_schema == name or chunk.path_in_schema.startswith(f"{name}."):
+                width = _WIDTHS.get(chunk.physical_type)
+                if chunk.physical_type == "FIXED_LEN_BYTE_ARRAY":
+                    width = parquet.schema.column(c).length
+                values = max(chunk.num_values, 0)
+                total += 8 * values + (values * width if width is not None else max(chunk.total_uncompressed_size, 0))
+    return total
+
+
+def _string_leaves(parquet: Any) -> list[str]:
+    schema = parquet.schema
+    return [schema.column(i).path for i in range(len(schema)) if schema.column(i).physical_type == "BYTE_ARRAY"]
+
+
+def _read_parquet(path: Path, budget: DecodeBudget) -> dict[str, Any]:
+    """The columns the file's schema shows, one at a time, each charged to ``budget`` before it is read
+    (footer sizes) and after (strings at their decoded size); from the schema metadata only the
+    ``imaginejax`` record and the instruction table (``array:instruction_table``,
+    ``array:instruction_embeddings``), never an array in place of or beside a column."""
     import pyarrow.parquet as pq
 
     corrupt = "the file is corrupted or truncated; re-download or re-export it"
@@ -315,28 +371,26 @@ def _read_parquet(path: Path) -> dict[str, Any]:
                     raise DatasetError(chunk.path_in_schema, f"its data is stored in another file "
                                        f"({chunk.file_path!r}): reading it would read files outside this one",
                                        "store every column inside the file", path)
-        table = parquet.read()
+        names = parquet.schema_arrow.names
+        metadata = parquet.schema_arrow.metadata or {}
+        parquet = pq.ParquetFile(path, read_dictionary=_string_leaves(parquet))  # strings as dictionaries
     except DatasetError:
         raise
     except Exception as err:
         raise DatasetError(path.name, f"unreadable parquet file ({type(err).__name__}: {err})", corrupt,
                            path) from err
     out: dict[str, Any] = {}
-    for name in table.column_names:
-        try:
-            out[name] = _arrow_to_numpy(table.column(name), name, path)
-        except DatasetError:
-            raise
-        except Exception as err:
-            raise DatasetError(name, f"unreadable parquet column ({type(err).__name__}: {err})", corrupt,
-                               path) from err
-    for raw_key, value in (table.schema.metadata or {}).items():
+    for raw_key, value in metadata.items():
         try:
             key = raw_key.decode("utf-8")
         except UnicodeDecodeError:
             raise DatasetError(path.name, f"a schema metadata key {raw_key[:40]!r}... is not UTF-8 text",
                                "re-export the file", path) from None
         if key == METADATA_KEY:
+            if key in names:
+                raise DatasetError(key, "is both a column and the schema metadata record; refused (pyarrow and "
+                                   "pandas show the column, the record would replace it)",
+                                   "rename the column", path)
             try:
                 out[key] = value.decode("utf-8")
             except UnicodeDecodeError:
@@ -345,6 +399,16 @@ def _read_parquet(path: Path) -> dict[str, Any]:
                                    "refused", "re-export the file (the record is written as JSON)", path) from None
         elif key.startswith("array:"):
             field = key[len("array:"):]
+            shown = field[:60] + ("..." if len(field) > 60 else "")
+            if field in names:
+                raise DatasetError(shown, f"the schema metadata key {key[:66]!r} holds an array in place of the column "
+                                   f"{shown!r}; refused (pyarrow and pandas show the column, the metadata would "
+                                   "replace it)", "store the data in the column only", path)
+            if field not in _TABLE_FIELDS:
+                raise DatasetError(shown, f"the schema metadata key {key[:66]!r} holds an array no column shows; only "
+                                   f"{', '.join(_TABLE_FIELDS)} may come from metadata",
+                                   "store the field as a column", path)
+            budget.charge(len(value), field, f"an array of {len(value)} bytes in the schema metadata")
             try:
                 out[field] = _npy_bytes(value, field, path)
             except DatasetError:
@@ -352,20 +416,34 @@ def _read_parquet(path: Path) -> dict[str, Any]:
             except Exception as err:
                 raise DatasetError(field, f"unreadable array in the parquet metadata ({type(err).__name__}: {err})",
                                    "re-export the file", path) from err
+    for name in names:
+        try:
+            estimate = _parquet_estimate(parquet, name)
+            budget.charge(estimate, name, f"the column would take {estimate} bytes once read (its footer sizes)")
+            column = parquet.read(columns=[name]).column(0)
+            out[name] = _arrow_to_numpy(column, name, path, budget)
+        except DatasetError:
+            raise
+        except Exception as err:
+            raise DatasetError(name, f"unreadable parquet column ({type(err).__name__}: {err})", corrupt,
+                               path) from err
     return out
 
 
-def _plain(value: Any, name: str, path: Path, budget: int) -> Any:
+def _plain(value: Any, name: str, path: Path, budget: DecodeBudget) -> Any:
     """Turns a value of a (safely) unpickled dict into an array: lists / object arrays of equal-shape arrays
-    are stacked, lists / object arrays of strings become str arrays; strings stay strings. ``budget`` caps
-    the bytes a stacked result may take (entries shared by reference must not multiply into a huge array)."""
+    are stacked, lists / object arrays of strings become str arrays; strings stay strings. Each stacked
+    result is charged to the file's ``budget`` before it is built (entries shared by reference must not
+    multiply into a huge array)."""
     if isinstance(value, (str, bytes)):
         return value.decode() if isinstance(value, bytes) else value
     if isinstance(value, (list, tuple)) or (isinstance(value, np.ndarray) and value.dtype == object):
         items = list(value.ravel()) if isinstance(value, np.ndarray) else list(value)
         outer = value.shape if isinstance(value, np.ndarray) else (len(items),)
         if items and all(isinstance(x, (str, np.str_)) for x in items):
-            _within(name, 4 * len(items) * max(len(x) for x in items), budget, path)
+            width = max(len(x) for x in items)
+            budget.charge(4 * len(items) * width, name, f"{len(items)} strings of up to {width} characters would "
+                          f"expand to {4 * len(items) * width} bytes as an array")
             return np.asarray(items, dtype=str).reshape(outer)
         if any(isinstance(x, (dict, str, bytes, type(None))) for x in items):
             raise DatasetError(name, "mixes strings, dicts or None with numbers / arrays",
@@ -384,7 +462,8 @@ def _plain(value: Any, name: str, path: Path, budget: int) -> Any:
                                "pad every trajectory to the same length T (masks mark the valid steps)", path)
         if not arrays:
             return np.zeros(outer)
-        _within(name, len(arrays) * arrays[0].nbytes, budget, path)
+        budget.charge(len(arrays) * arrays[0].nbytes, name, f"{len(arrays)} entries of {arrays[0].dtype}"
+                      f"{list(arrays[0].shape)} would expand to {len(arrays) * arrays[0].nbytes} bytes stacked")
         return np.stack(arrays).reshape(outer + arrays[0].shape)
     if isinstance(value, np.ndarray):
         return value
@@ -393,45 +472,43 @@ def _plain(value: Any, name: str, path: Path, budget: int) -> Any:
     raise DatasetError(name, f"holds a {type(value).__name__}", "store arrays or strings", path)
 
 
-def _within(name: str, nbytes: int, budget: int, path: Path) -> None:
-    if nbytes > budget:
-        raise DatasetError(name, f"would expand to {nbytes} bytes from a {path.stat().st_size}-byte file (entries "
-                           "repeated by reference)", "store the arrays themselves, once each", path)
-
-
-def _read_npy(path: Path, trust_pickle: bool) -> dict[str, Any]:
-    value = load_npy(path, trust_pickle=trust_pickle)
+def _read_npy(path: Path, trust_pickle: bool, budget: DecodeBudget) -> dict[str, Any]:
+    value = _load_npy(path, trust_pickle, budget)
     if not isinstance(value, Mapping):
         raise DatasetError(path.name, f"holds a {type(value).__name__}, not a dict of arrays",
                            "pass a file written by np.save(path, {'observations': ..., ...})", path)
-    budget = 16 * path.stat().st_size + (64 << 20)
-    return {str(k): _plain(v, str(k), path, budget) for k, v in value.items()}
+    cut = lambda key: key if len(key) <= 60 else f"{key[:60]}... ({len(key)} characters)"  # noqa: E731
+    return {str(k): _plain(v, cut(str(k)), path, budget) for k, v in value.items()}
 
 
 def read_reference_file(path: str | os.PathLike[str], *, format: str | None = None,
-                        trust_pickle: bool = False) -> dict[str, Any]:
+                        trust_pickle: bool = False, max_decoded_bytes: int | None = None) -> dict[str, Any]:
     """Reads a reference file into a dict of NumPy arrays (strings as ``str`` arrays), nothing converted.
 
     Args:
       path: an ``.h5`` / ``.hdf5``, ``.npy`` or ``.parquet`` file.
       format: ``"hdf5"``, ``"npy"`` or ``"parquet"``; default from the suffix.
       trust_pickle: see :func:`load_npy`.
+      max_decoded_bytes: the most bytes the file may decode to, summed over its fields (default: half the
+        available memory, or ``$IMAGINEJAX_MAX_DECODED_BYTES``; :mod:`imaginejax.data.budget`).
 
     Raises:
-      DatasetError: naming the file or field, for unreadable, truncated or unsafe files.
+      DatasetError: naming the file or field, for unreadable, truncated or unsafe files, and files that
+        would decode to more than ``max_decoded_bytes``.
     """
     path = Path(path).expanduser()
     if not path.is_file():
         raise FileNotFoundError(f"no reference file at {path}")
     fmt = _format_of(path, format)
+    budget = DecodeBudget(path, max_decoded_bytes)
     if fmt == "hdf5":
-        return _read_hdf5(path)
+        return _read_hdf5(path, budget)
     if fmt == "parquet":
-        return _read_parquet(path)
-    return _read_npy(path, trust_pickle)
+        return _read_parquet(path, budget)
+    return _read_npy(path, trust_pickle, budget)
 
 
-def _read_side_file(path: Path, trust_pickle: bool) -> dict[str, Any]:
+def _read_side_file(path: Path, trust_pickle: bool, max_decoded_bytes: int | None) -> dict[str, Any]:
     if path.suffix.lower() == ".json":
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
@@ -441,7 +518,7 @@ def _read_side_file(path: Path, trust_pickle: bool) -> dict[str, Any]:
             raise DatasetError(path.name, "the JSON side file is not an object", "write {\"instructions\": [...]}",
                                path)
         return {k: (np.asarray(v, dtype=str) if k == "instructions" else np.asarray(v)) for k, v in data.items()}
-    return read_reference_file(path, trust_pickle=trust_pickle)
+    return read_reference_file(path, trust_pickle=trust_pickle, max_decoded_bytes=max_decoded_bytes)
 
 
 # -------------------------------------------------------------------------------------------- conversion
@@ -655,6 +732,7 @@ def import_reference(
     embed: bool = False,
     out: str | os.PathLike[str] | None = None,
     overwrite: bool = False,
+    max_decoded_bytes: int | None = None,
 ) -> TrajectoryDataset:
     """Reads a reference dataset file into a validated :class:`TrajectoryDataset` (module docstring).
 
@@ -672,6 +750,7 @@ def import_reference(
       embed: for files with bare-state observations, embed the instructions with the sentence encoder.
       out: also write the dataset there with :func:`save_dataset` (atomic; nothing is written on error).
       overwrite: passed to :func:`save_dataset`.
+      max_decoded_bytes: the most bytes each file may decode to (see :func:`read_reference_file`).
 
     Returns:
       The dataset; ``provenance`` records the source file (path, SHA-256, format), the side file and every
@@ -684,7 +763,7 @@ def import_reference(
     from imaginejax import envs as registry
 
     path = Path(path).expanduser().resolve()
-    raw = read_reference_file(path, format=format, trust_pickle=trust_pickle)
+    raw = read_reference_file(path, format=format, trust_pickle=trust_pickle, max_decoded_bytes=max_decoded_bytes)
     fmt = _format_of(path, format)
     provenance: dict[str, Any] = {"importer": "imaginejax.interop.reference", "source_file": str(path),
                                   "source_sha256": file_sha256(path), "source_format": fmt}
@@ -692,7 +771,7 @@ def import_reference(
         side = Path(side_file).expanduser().resolve()
         if not side.is_file():
             raise FileNotFoundError(f"no side file at {side}")
-        extra = _read_side_file(side, trust_pickle)
+        extra = _read_side_file(side, trust_pickle, max_decoded_bytes)
         provenance.update(side_file=str(side), side_file_sha256=file_sha256(side),
                           side_file_fields=sorted(k for k in extra if k not in raw))
         raw = {**extra, **raw}
