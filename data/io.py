@@ -21,8 +21,9 @@ Choices:
 * **Atomic writes.** :func:`save_dataset` validates first, then writes everything into a hidden sibling
   directory and moves it onto the target in one rename (:func:`imaginejax.files.staged_dir`): readers see
   the old dataset or the new one, never a mix; any exception leaves an existing dataset untouched.
-* :func:`load_dataset` checks the manifest and schema version, every file's checksum, shape and dtype,
-  then runs :func:`~imaginejax.data.validate.validate_dataset` — or, given the environment (``env=``),
+* :func:`load_dataset` checks the manifest and schema version, the bytes the manifest's shapes add up to
+  (against the decode budget, :mod:`imaginejax.data.budget`), every file's checksum, and each array's
+  shape and dtype as its file's header declares them before the array is read; then runs :func:`~imaginejax.data.validate.validate_dataset` — or, given the environment (``env=``),
   :func:`~imaginejax.data.validate.validate_for_env`.
 
 ``provenance`` round-trips through JSON: tuples come back as lists.
@@ -33,12 +34,14 @@ from __future__ import annotations
 import datetime
 import importlib.metadata
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
+from imaginejax.data.budget import DecodeBudget
 from imaginejax.data.errors import DatasetError
 from imaginejax.data.types import TrajectoryDataset
 from imaginejax.data.validate import ARRAY_FIELDS, DatasetDims, EnvFacts, validate_dataset, validate_for_env
@@ -214,8 +217,43 @@ def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
     return manifest
 
 
+def _header_mismatch(name: str, file: str, dtype: np.dtype, shape: Any, entry: dict[str, Any]) -> str | None:
+    if dtype != np.dtype(entry["dtype"]) or list(shape) != entry["shape"]:
+        return f"{file} holds {dtype}{list(shape)}, the manifest says {entry['dtype']}{entry['shape']}"
+    return None
+
+
+def _read_npz_member(file: Path, name: str, entry: dict[str, Any], directory: Path) -> np.ndarray:
+    """The one array of an ``np.savez`` archive, its ``.npy`` header checked against the manifest entry
+    (dtype, shape, the member's size) before the array is allocated."""
+    import zipfile
+
+    fix_corrupt = "the file is corrupted or truncated; re-save or re-download the dataset"
+    with zipfile.ZipFile(file) as archive:
+        if archive.namelist() != [f"{name}.npy"]:
+            raise DatasetError(name, f"{file.name} must hold exactly one array named {name!r}", fix_corrupt, directory)
+        info = archive.getinfo(f"{name}.npy")
+        with archive.open(info) as member:
+            version = np.lib.format.read_magic(member)
+            read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                           else np.lib.format.read_array_header_2_0)
+            shape, _, dtype = read_header(member)
+            if dtype.hasobject:
+                raise ValueError("Object arrays cannot be loaded when allow_pickle=False (pickle)")
+            mismatch = _header_mismatch(name, file.name, dtype, shape, entry)
+            if mismatch:
+                raise DatasetError(name, mismatch, fix_corrupt, directory)
+            nbytes = math.prod(shape) * dtype.itemsize
+            if info.file_size != member.tell() + nbytes:
+                raise DatasetError(name, f"{file.name} declares {info.file_size} bytes for {dtype}{list(shape)} "
+                                   f"({member.tell() + nbytes} with its header)", fix_corrupt, directory)
+            member.seek(0)
+            return np.lib.format.read_array(member, allow_pickle=False)
+
+
 def _read_array(directory: Path, name: str, entry: Any, array_format: str) -> np.ndarray:
-    """Reads one field's array file after checking its manifest entry and checksum."""
+    """Reads one field's array file after checking its manifest entry and checksum, and its header's dtype
+    and shape against the entry before the array is read."""
     fix_corrupt = "the file is corrupted or truncated; re-save or re-download the dataset"
     expected_file = f"{name}.{array_format}"
     if (not isinstance(entry, dict) or entry.get("file") != expected_file
@@ -234,17 +272,20 @@ def _read_array(directory: Path, name: str, entry: Any, array_format: str) -> np
                            f"{entry['sha256'][:12]}…)", fix_corrupt, directory)
     try:
         if array_format == "npz":
-            archive = np.load(file, allow_pickle=False)
-            if not isinstance(archive, np.lib.npyio.NpzFile):
-                raise DatasetError(name, f"{expected_file} is not an npz archive", fix_corrupt, directory)
-            with archive:
-                if archive.files != [name]:
-                    raise DatasetError(name, f"{expected_file} must hold exactly one array named {name!r}",
-                                       fix_corrupt, directory)
-                value = archive[name]
+            value = _read_npz_member(file, name, entry, directory)
         else:
             import safetensors.numpy
 
+            with open(file, "rb") as f:
+                size = int.from_bytes(f.read(8), "little")
+                header = json.loads(f.read(size)) if size <= min(100 << 20, file.stat().st_size) else None
+            declared = header.get(name) if isinstance(header, dict) else None
+            if isinstance(declared, dict) and isinstance(declared.get("shape"), list):
+                dtypes = {"F32": "float32", "I32": "int32", "BOOL": "bool"}
+                kind = dtypes.get(declared.get("dtype"), str(declared.get("dtype")))
+                if kind != entry["dtype"] or declared["shape"] != entry["shape"]:
+                    raise DatasetError(name, f"{expected_file} holds {kind}{declared['shape']}, the manifest says "
+                                       f"{entry['dtype']}{entry['shape']}", fix_corrupt, directory)
             tensors = safetensors.numpy.load_file(file)
             if list(tensors) != [name]:
                 raise DatasetError(name, f"{expected_file} must hold exactly one array named {name!r}",
@@ -267,7 +308,7 @@ def _read_array(directory: Path, name: str, entry: Any, array_format: str) -> np
 
 
 def load_dataset(path: str | os.PathLike[str], *, env: EnvFacts | None = None,
-                 embed_dim: int | None = None) -> TrajectoryDataset:
+                 embed_dim: int | None = None, max_decoded_bytes: int | None = None) -> TrajectoryDataset:
     """Reads a dataset directory written by :func:`save_dataset` and validates it.
 
     Args:
@@ -276,6 +317,7 @@ def load_dataset(path: str | os.PathLike[str], *, env: EnvFacts | None = None,
         :func:`~imaginejax.data.validate.validate_for_env` (action range, state width and plausibility,
         goal width) instead of :func:`validate_dataset` alone.
       embed_dim: with ``env``, the encoder's embedding width the dataset must have.
+      max_decoded_bytes: the most bytes the arrays may take in all (default: :mod:`imaginejax.data.budget`).
 
     Returns:
       The dataset, bit-exact with what was saved (``instructions`` as a tuple).
@@ -293,11 +335,17 @@ def load_dataset(path: str | os.PathLike[str], *, env: EnvFacts | None = None,
     if unknown:
         raise DatasetError(unknown[0], "unknown array in the manifest",
                            "this dataset is not of this schema; re-save it", directory)
+    budget = DecodeBudget(directory, max_decoded_bytes)
     arrays = {}
     for name in ARRAY_FIELDS:
         if name not in entries:
             raise DatasetError(name, "missing from the manifest's arrays", "re-save the dataset", directory)
-        arrays[name] = _read_array(directory, name, entries[name], manifest["array_format"])
+        entry = entries[name]
+        if isinstance(entry, dict) and entry.get("dtype") in _ALLOWED_DTYPES and isinstance(entry.get("shape"), list) \
+                and all(isinstance(d, int) and d >= 0 for d in entry["shape"]):
+            nbytes = math.prod(entry["shape"]) * np.dtype(entry["dtype"]).itemsize
+            budget.charge(nbytes, name, f"the manifest's {entry['dtype']}{entry['shape']} would decode to {nbytes} bytes")
+        arrays[name] = _read_array(directory, name, entry, manifest["array_format"])
     instructions = manifest["instructions"]
     if not all(isinstance(text, str) for text in instructions):
         raise DatasetError("instructions", "the manifest's instruction table holds non-strings",

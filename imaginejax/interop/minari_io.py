@@ -33,6 +33,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from imaginejax.data.budget import DecodeBudget
 from imaginejax.data.errors import DatasetError
 from imaginejax.data.types import TrajectoryDataset
 from imaginejax.data.validate import EnvFacts, validate_dataset, validate_for_env
@@ -174,7 +175,7 @@ def to_minari(ds: TrajectoryDataset, dataset_id: str | None = None, *,
     return target
 
 
-def _open(dataset: Any, root: str | os.PathLike[str] | None) -> Any:
+def _open(dataset: Any, root: str | os.PathLike[str] | None, max_decoded_bytes: int | None) -> Any:
     """A MinariDataset from an instance, a dataset directory (with or without ``/data``) or an id."""
     import minari
 
@@ -188,7 +189,7 @@ def _open(dataset: Any, root: str | os.PathLike[str] | None) -> Any:
     for candidate in candidates:
         if (candidate / "metadata.json").is_file():
             for file in sorted(candidate.glob("*.hdf5")):  # refuse links / storage outside the file first
-                check_hdf5_file(file)
+                check_hdf5_file(file, max_decoded_bytes=max_decoded_bytes)
             try:
                 return minari.MinariDataset(candidate)
             except Exception as err:
@@ -209,13 +210,16 @@ def _episode_arrays(episode: Any, state_key: str | None, path: Path) -> tuple[np
 
 
 def from_minari(dataset: Any, *, root: str | os.PathLike[str] | None = None, env: str | None = None,
-                level: str | None = None, source: Literal["real", "imaginary"] | None = None) -> TrajectoryDataset:
+                level: str | None = None, source: Literal["real", "imaginary"] | None = None,
+                max_decoded_bytes: int | None = None) -> TrajectoryDataset:
     """Reads a Minari dataset into a validated :class:`TrajectoryDataset` (module docstring).
 
     Args:
       dataset: a ``minari.MinariDataset``, a dataset directory, or a dataset id under ``root``.
       root: the datasets root for ids; default :func:`minari_root`.
       env, level, source: required for datasets not exported by :func:`to_minari`; override otherwise.
+      max_decoded_bytes: the most bytes each HDF5 file, and the padded arrays, may decode to (default:
+        :mod:`imaginejax.data.budget`); the padded size (N × horizon) is checked before it is allocated.
 
     Returns:
       The dataset; its provenance is the exported one (datasets of ours) or names the Minari source.
@@ -230,7 +234,7 @@ def from_minari(dataset: Any, *, root: str | os.PathLike[str] | None = None, env
 
     from imaginejax import envs as registry
 
-    mds = _open(dataset, root)
+    mds = _open(dataset, root, max_decoded_bytes)
     storage = mds.storage
     path = Path(storage.data_path)
     metadata = storage.metadata
@@ -261,6 +265,12 @@ def from_minari(dataset: Any, *, root: str | os.PathLike[str] | None = None, env
     horizon = int(record["horizon"]) if record else max(len(p[2]) for p in parts)
     s_dim = parts[0][0].shape[1]
     a_shape = () if discrete else (int(action_space.shape[0]),)
+    step_bytes = 4 * int(np.prod(a_shape)) + 4 + 3  # actions, rewards, mask / terminals / truncations
+    nbytes = n * ((horizon + 1) * s_dim * 4 + horizon * step_bytes)
+    DecodeBudget(path / "metadata.json", max_decoded_bytes).charge(
+        nbytes, f"{METADATA_KEY}.horizon" if record else "episodes",
+        f"{n} episodes padded to a horizon of {horizon} steps (the longest holds {max(len(p[2]) for p in parts)}) "
+        f"would take {nbytes} bytes")
     states = np.zeros((n, horizon + 1, s_dim), np.float32)
     actions = np.zeros((n, horizon) + a_shape, np.int32 if discrete else np.float32)
     rewards = np.zeros((n, horizon), np.float32)
