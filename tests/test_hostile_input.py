@@ -9,11 +9,17 @@ never run code, never crash the process, never read another file."""
 from __future__ import annotations
 
 import dataclasses
+import io
+import json
+import os
 import pickle
 import pickletools
+import re
 import subprocess
 import sys
 import textwrap
+import time
+import zipfile
 from pathlib import Path
 
 import h5py
@@ -30,6 +36,7 @@ from imaginejax.data import (DatasetError, EnvFacts, TrajectoryDataset, load_dat
 from imaginejax.data.collect import collect, random_policy
 from imaginejax.interop.reference import export_reference, import_reference, load_npy, read_reference_file
 from imaginejax.data.safe_pickle import read_pickle
+from imaginejax.files import file_sha256
 
 from dataset_helpers import assert_bit_exact, random_babyai_dataset
 
@@ -389,3 +396,180 @@ def test_states_of_another_environment_with_the_right_width_are_refused(clevr) -
     assert err.value.field == "states"
     validate_for_env(dataclasses.replace(foreign, source="imaginary"), facts)
     validate_for_env(ds, facts)  # random-policy real data pushes balls off the workbench later: accepted
+
+
+# ------------------------------------------------------------------- small files that decode to gigabytes
+
+
+def _quadratic_keys(depth: int = 99, key_length: int = 100_000, items: int = 190_000) -> bytes:
+    """A 290 KB pickle: 99 nested dicts under one memoized 100 KB key, then 190,000 Nones. An error path
+    rebuilt per element copies 99 x 100 KB per None: minutes before the path was built lazily."""
+    key = b"k" * key_length
+    stream = bytearray(b"\x80\x04\x8d" + len(key).to_bytes(8, "little") + key + b"\x94" + b"0")  # MEMOIZE, POP
+    stream += b"}h\x00" * depth  # EMPTY_DICT, BINGET 0 (the key)
+    stream += b"](" + b"N" * items + b"e" + b"s" * depth + b"."  # a list of Nones; SETITEM per level
+    return bytes(stream)
+
+
+def _bombs(folder: Path, babyai: TrajectoryDataset) -> dict[str, tuple[str, Path, str]]:
+    """name -> (reader, file, field the error must name): small files that decode to gigabytes."""
+    out: dict[str, tuple[str, Path, str]] = {}
+    block = np.zeros(1024)  # 8 KB, referenced 1000 x 1000 times: 8 GB from 12.5 KB
+    np.save(folder / "alias.npy", {"observations": [[block] * 1000] * 1000}, allow_pickle=True)
+    out["pickle references nested"] = ("ref", folder / "alias.npy", "observations")
+    (folder / "keys.npy").write_bytes(_quadratic_keys())
+    out["pickle reused keys nested"] = ("ref", folder / "keys.npy", "k" * 60)
+    with h5py.File(folder / "fill.h5", "w") as f:  # 100 unwritten 200 MB datasets in 40 KB
+        f["observations"] = np.zeros((2, 3, 4), np.float32)
+        for i in range(100):
+            f.create_dataset(f"d{i:03d}", shape=(25 << 20,), dtype="<f8", chunks=(1 << 16,))
+    out["hdf5 fill values summed per file"] = ("ref", folder / "fill.h5", "d001")
+    with h5py.File(folder / "vlen.h5", "w") as f:  # 200,000 strings sharing a 50 KB fill value: 10 GB
+        f["observations"] = np.zeros((2, 3, 4), np.float32)
+        f.create_dataset("instructions", shape=(200_000,), dtype=h5py.string_dtype(), chunks=(1024,),
+                         fillvalue=b"x" * 50_000)
+    out["hdf5 variable-length strings"] = ("ref", folder / "vlen.h5", "instructions")
+    big = pa.array(["y" * 100_000])  # one dictionary entry, 100,000 rows: 10 GB from 462 bytes
+    column = pa.DictionaryArray.from_arrays(pa.array(np.zeros(100_000, np.int32)), big)
+    pq.write_table(pa.table({"instructions": column}), folder / "dict.parquet", compression="zstd",
+                   store_schema=False)
+    out["parquet dictionary page"] = ("ref", folder / "dict.parquet", "instructions")
+    rows = pa.table({"instructions": pa.array(["y" * 100_000] * 100)})
+    with pq.ParquetWriter(folder / "plain.parquet", rows.schema, compression="zstd", use_dictionary=False) as w:
+        for _ in range(200):  # 2 GB of strings from 200 KB
+            w.write_table(rows)
+    out["parquet compressed strings"] = ("ref", folder / "plain.parquet", "instructions")
+    rows = ("states", "actions", "rewards", "mask", "terminals", "truncations", "instruction_ids", "goals")
+    ds = dataclasses.replace(babyai, **{k: np.concatenate([getattr(babyai, k)] * 8) for k in rows})  # 64 rows
+    target = save_dataset(ds, folder / "npz")
+    n, t = ds.actions.shape
+    with open(target / "actions.npz", "wb") as raw, zipfile.ZipFile(raw, "w", zipfile.ZIP_DEFLATED) as z:
+        header = io.BytesIO()  # declares 512 GiB over the data of (64, 128)
+        np.lib.format.write_array_header_1_0(header, {"descr": "<i4", "fortran_order": False, "shape": (n << 24, t)})
+        z.writestr("actions.npy", header.getvalue() + bytes(4 * n * t))
+    manifest = json.loads((target / "manifest.json").read_text())
+    manifest["arrays"]["actions"]["sha256"] = file_sha256(target / "actions.npz")
+    (target / "manifest.json").write_text(json.dumps(manifest))
+    out["npz header larger than the manifest"] = ("dir", target, "actions")
+    from imaginejax.interop.minari_io import to_minari
+
+    minari_dir = to_minari(ds, "test/horizon-v0", root=folder / "minari")
+    meta_file = minari_dir / "data" / "metadata.json"
+    meta = json.loads(meta_file.read_text())
+    meta["imaginejax"]["horizon"] = 1_000_000  # 64 x 1e6 x 17 float32 states: 4 GB
+    meta_file.write_text(json.dumps(meta))
+    out["minari horizon"] = ("minari", minari_dir, "imaginejax.horizon")
+    return out
+
+
+BOMB_CHILD = textwrap.dedent("""
+    import json, resource, signal, sys, time
+    from pathlib import Path
+    from imaginejax.data import DatasetError, load_dataset
+    from imaginejax.interop.minari_io import from_minari
+    from imaginejax.interop.reference import read_reference_file
+
+    resource.setrlimit(resource.RLIMIT_AS, (3 << 30, resource.RLIM_INFINITY))  # 3 GB, the HDF5 child too
+    readers = {"ref": read_reference_file, "dir": load_dataset, "minari": from_minari}
+
+    def alarm(*_):
+        raise TimeoutError("ran past 30 s")
+
+    signal.signal(signal.SIGALRM, alarm)
+    for name, (reader, file) in json.loads(sys.argv[1]).items():
+        start = time.perf_counter()
+        signal.alarm(30)
+        try:
+            readers[reader](file)
+            record = {"outcome": "ok"}
+        except DatasetError as err:
+            record = {"outcome": "DatasetError", "field": err.field, "problem": err.problem, "path": err.path}
+        except BaseException as err:
+            record = {"outcome": f"{type(err).__name__}: {str(err)[:300]}"}
+        signal.alarm(0)
+        peak = next(line for line in open("/proc/self/status") if line.startswith("VmHWM"))
+        record.update(name=name, seconds=time.perf_counter() - start, rss_mb=int(peak.split()[1]) >> 10)
+        print(json.dumps(record), flush=True)
+""")
+
+
+@pytest.fixture(scope="module")
+def bombs(tmp_path_factory: pytest.TempPathFactory, babyai: TrajectoryDataset) -> dict[str, dict]:
+    """Every bomb read in one child process under RLIMIT_AS = 3 GB and a 30 s alarm each (the default
+    budget: half of what the address-space limit leaves)."""
+    files = _bombs(tmp_path_factory.mktemp("bombs"), babyai)
+    done = subprocess.run([sys.executable, "-c", BOMB_CHILD,
+                           json.dumps({k: (reader, str(file)) for k, (reader, file, _) in files.items()})],
+                          capture_output=True, text=True, timeout=300,
+                          env={k: v for k, v in os.environ.items() if k != "IMAGINEJAX_MAX_DECODED_BYTES"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    records = {r["name"]: r for r in map(json.loads, done.stdout.splitlines())}
+    return {name: dict(records[name], file=str(file), expected_field=field) for name, (_, file, field) in files.items()}
+
+
+@pytest.mark.parametrize("name", ["pickle references nested", "hdf5 fill values summed per file",
+                                  "hdf5 variable-length strings", "parquet dictionary page",
+                                  "parquet compressed strings", "npz header larger than the manifest",
+                                  "minari horizon"])
+def test_small_files_that_decode_to_gigabytes_are_refused_before_allocating(bombs: dict[str, dict], name: str
+                                                                           ) -> None:
+    """Each ended in MemoryError / ArrowMemoryError, or 'memory allocation failed' inside libhdf5, under a
+    3 GB address-space limit (measured before: 8.4 s and 2.8 GB RSS for the nested references). Now our
+    error names the field and the decoded size, in seconds, without the allocation."""
+    record = bombs[name]
+    assert record["outcome"] == "DatasetError", record
+    assert record["field"] == record["expected_field"], record
+    assert re.search(r"\d{9,}", record["problem"]), record  # the size it would decode to, or the shape
+    assert record["seconds"] < 10 and record["rss_mb"] < 1000, record
+
+
+def test_reused_keys_nested_deep_are_read_in_linear_time(bombs: dict[str, dict]) -> None:
+    """A 290 KB pickle ran for minutes (each of 190,000 elements rebuilt a 10 MB error path); the path is
+    now built only for an error, and a long key is cut where an error names it."""
+    record = bombs["pickle reused keys nested"]
+    assert record["seconds"] < 5, record
+    assert record["outcome"] == "DatasetError" and record["field"].startswith("k" * 60), record
+    assert len(record["field"]) < 100 and "holds a dict" in record["problem"]
+    start = time.perf_counter()
+    value = read_pickle(_quadratic_keys(), field="keys.npy")  # the reader alone: linear
+    assert time.perf_counter() - start < 3
+    for _ in range(99):
+        value = value["k" * 100_000]
+    assert value == [None] * 190_000
+
+
+def test_the_decode_budget_is_summed_per_file_and_can_be_raised(tmp_path: Path) -> None:
+    """The limit is per file, not per field, and ``max_decoded_bytes=`` / $IMAGINEJAX_MAX_DECODED_BYTES move
+    it: four 1 MB arrays pass alone, not together under 3 MB."""
+    arrays = {f"a{i}": np.zeros(1 << 17) for i in range(4)}
+    np.save(tmp_path / "four.npy", arrays, allow_pickle=True)
+    with pytest.raises(DatasetError, match=r"above the limit of 3000000 bytes.*IMAGINEJAX_MAX_DECODED_BYTES") as err:
+        read_reference_file(tmp_path / "four.npy", max_decoded_bytes=3_000_000)
+    assert err.value.field == "four.npy" and err.value.path == str(tmp_path / "four.npy")
+    assert set(read_reference_file(tmp_path / "four.npy", max_decoded_bytes=8_000_000)) == set(arrays)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("IMAGINEJAX_MAX_DECODED_BYTES", "3e6")
+        with pytest.raises(DatasetError, match="above the limit of 3000000 bytes"):
+            read_reference_file(tmp_path / "four.npy")
+
+
+def test_parquet_metadata_never_replaces_or_adds_a_column(tmp_path: Path, babyai: TrajectoryDataset) -> None:
+    """An ``array:observations`` schema metadata entry replaced the visible column: pyarrow and pandas
+    showed the file's observations, the importer trained on the metadata's. Metadata may carry the record
+    and the instruction table only."""
+    file = export_reference(babyai, tmp_path / "ref.parquet", next_observations=False)
+    table = pq.read_table(file)
+    meta = dict(table.schema.metadata)
+    buffer = io.BytesIO()
+    np.save(buffer, np.full((8, 3, 4), 666, np.float32))
+    for key, text in ((b"array:observations", "in place of the column 'observations'"),
+                      (b"array:next_observations", "holds an array no column shows")):
+        pq.write_table(table.replace_schema_metadata({**meta, key: buffer.getvalue()}), file)
+        assert pq.read_table(file).column("observations").equals(table.column("observations"))
+        with pytest.raises(DatasetError, match=text) as err:
+            import_reference(file)
+        assert err.value.field == key.decode()[6:] and err.value.path == str(file)
+    pq.write_table(table.append_column("imaginejax", pa.array(["x"] * table.num_rows)).replace_schema_metadata(meta),
+                   file)
+    with pytest.raises(DatasetError, match="both a column and the schema metadata record"):
+        import_reference(file)
