@@ -347,3 +347,130 @@ def test_random_hdf5_layouts_import_exactly_or_are_refused_by_name(tmp_path: Pat
     for name, value in expected.items():
         assert got[name].dtype == value.dtype and got[name].shape == value.shape, name
         assert got[name].tobytes() == value.tobytes(), name
+
+
+# ------------------------------------------------------------ sizes, nesting and metadata (memory bombs)
+
+LIMIT = 64_000_000  # the decode budget the child runs under ($IMAGINEJAX_MAX_DECODED_BYTES)
+
+BOMB_CHILD = textwrap.dedent("""
+    import json, os, resource, signal, sys, time
+    os.environ["IMAGINEJAX_MAX_DECODED_BYTES"] = sys.argv[2]
+    from pathlib import Path
+    from imaginejax.data import DatasetError
+    from imaginejax.interop.reference import read_reference_file
+
+    resource.setrlimit(resource.RLIMIT_AS, (3 << 30, resource.RLIM_INFINITY))
+
+    def alarm(*_):
+        raise TimeoutError("ran past 20 s")
+
+    signal.signal(signal.SIGALRM, alarm)
+    for file in sorted(Path(sys.argv[1]).iterdir()):
+        print(json.dumps({"start": file.name}), flush=True)
+        start = time.perf_counter()
+        signal.alarm(20)
+        try:
+            read_reference_file(file)
+            record = {"outcome": "ok"}
+        except DatasetError as err:
+            record = {"outcome": "DatasetError", "field": err.field}
+        except BaseException as err:
+            record = {"outcome": f"{type(err).__name__}: {str(err)[:300]}"}
+        signal.alarm(0)
+        print(json.dumps(dict(record, file=file.name, seconds=time.perf_counter() - start)), flush=True)
+""")
+
+
+@st.composite
+def bombs(draw: st.DrawFn) -> dict:
+    """A file spec and the bytes it decodes to: nested pickle references under a long key, unwritten
+    HDF5 datasets, HDF5 strings sharing a fill value, a parquet dictionary page, parquet schema metadata."""
+    kind = draw(st.sampled_from(["pickle", "hdf5 fill", "hdf5 strings", "parquet dictionary", "parquet metadata"]))
+    spec: dict = {"kind": kind}
+    if kind == "pickle":
+        spec.update(depth=draw(st.integers(1, 4)), fanout=draw(st.integers(1, 2000)), leaf=draw(st.integers(1, 8192)),
+                    key=draw(st.integers(1, 20_000)), nesting=draw(st.integers(0, 60)))
+        spec["decoded"] = 8 * spec["leaf"] * spec["fanout"] ** spec["depth"]
+    elif kind == "hdf5 fill":
+        spec.update(count=draw(st.integers(1, 40)), length=draw(st.integers(1, 1 << 24)))
+        spec["decoded"] = 8 * spec["count"] * spec["length"]
+    elif kind in ("hdf5 strings", "parquet dictionary"):
+        spec.update(count=draw(st.integers(1, 100_000)), length=draw(st.integers(1, 100_000)))
+        spec["decoded"] = spec["count"] * spec["length"]
+    else:
+        spec.update(key=draw(st.sampled_from(["observations", "actions", "instruction_table", "next_observations",
+                                              "terminals", "imaginejax-array"])))
+        spec["decoded"] = 0
+    return spec
+
+
+def _write_bomb(file: Path, spec: dict) -> Path:
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    kind = spec["kind"]
+    if kind == "pickle":
+        value: object = np.zeros(spec["leaf"])
+        for _ in range(spec["depth"]):
+            value = [value] * spec["fanout"]
+        key = "k" * spec["key"]
+        for _ in range(spec["nesting"]):
+            value = {key: value}
+        file = file.with_suffix(".npy")
+        np.save(file, {"observations": value}, allow_pickle=True)
+    elif kind == "hdf5 fill":
+        file = file.with_suffix(".h5")
+        with h5py.File(file, "w") as f:
+            for i in range(spec["count"]):
+                f.create_dataset(f"d{i}", shape=(spec["length"],), dtype="<f8", chunks=(min(spec["length"], 1 << 16),))
+    elif kind == "hdf5 strings":
+        file = file.with_suffix(".h5")
+        with h5py.File(file, "w") as f:
+            f.create_dataset("instructions", shape=(spec["count"],), dtype=h5py.string_dtype(),
+                             chunks=(min(spec["count"], 1024),), fillvalue=b"x" * spec["length"])
+    elif kind == "parquet dictionary":
+        file = file.with_suffix(".parquet")
+        column = pa.DictionaryArray.from_arrays(pa.array(np.zeros(spec["count"], np.int32)),
+                                                pa.array(["y" * spec["length"]]))
+        pq.write_table(pa.table({"instructions": column}), file, compression="zstd", store_schema=False)
+    else:
+        file = file.with_suffix(".parquet")
+        buffer = io.BytesIO()
+        np.save(buffer, np.array(["an instruction"]), allow_pickle=False)
+        table = pa.table({"observations": pa.array([[0.5] * 4] * 2), "actions": pa.array([1, 2])})
+        pq.write_table(table.replace_schema_metadata({f"array:{spec['key']}".encode(): buffer.getvalue()}), file)
+    return file
+
+
+def test_memory_bombs_are_refused_within_the_budget_in_bounded_time(tmp_path: Path) -> None:
+    """Random sizes, nesting and metadata: a file is read or refused with DatasetError, in seconds, under a
+    3 GB address-space limit; one that decodes past the budget is always refused, and schema metadata never
+    stands in for a column (only the instruction table may come from it)."""
+    folder = tmp_path / "bombs"
+    folder.mkdir()
+    specs: dict[str, dict] = {}
+
+    @budget(20)
+    @given(spec=bombs())
+    def write(spec: dict) -> None:
+        file = _write_bomb(folder / f"{len(specs):03d}", spec)
+        specs[file.name] = spec
+
+    write()
+    done = subprocess.run([sys.executable, "-c", BOMB_CHILD, str(folder), str(LIMIT)], capture_output=True,
+                          text=True, timeout=600)
+    records = [json.loads(line) for line in done.stdout.splitlines()]
+    started = [r["start"] for r in records if "start" in r]
+    assert done.returncode == 0, f"the importer crashed the process on {started[-1:]}: {done.stderr[-2000:]}"
+    results = [r for r in records if "file" in r]
+    assert len(results) == len(specs)
+    for r in results:
+        spec = specs[r["file"]]
+        assert r["outcome"] in ("ok", "DatasetError") and r["seconds"] < 10, (r, spec)
+        if spec["decoded"] > LIMIT:
+            assert r["outcome"] == "DatasetError", (r, spec)
+        if spec["kind"] == "parquet metadata":
+            assert (r["outcome"] == "ok") == (spec["key"] == "instruction_table"), (r, spec)
