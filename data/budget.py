@@ -93,10 +93,12 @@ class DecodeBudget:
         """
         self.used += int(nbytes)
         if self.used > self.limit:
-            size = ""
+            source = "file"
             if self.path is not None and self.path.is_file():
-                size = f" {self.path.stat().st_size}-byte"
-            raise DatasetError(field, f"{what}: {self.used} bytes decoded from this{size} file in all, above the "
+                source = f"{self.path.stat().st_size}-byte file"
+            elif self.path is not None and self.path.is_dir():
+                source = "dataset"
+            raise DatasetError(field, f"{what}: {self.used} bytes decoded from this {source} in all, above the "
                                f"limit of {self.limit} bytes",
                                f"if the file is legitimate, raise the limit (${ENV_VAR}, or max_decoded_bytes=) on "
                                "a machine with that much memory; otherwise it is a decompression bomb: store the "
