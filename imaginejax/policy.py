@@ -56,6 +56,16 @@ class PolicyError(ValueError):
     """A policy that cannot be built or loaded: missing, damaged, or not what its record says."""
 
 
+# Bounds a record is held to before anything is traced or built: far above the networks trained here
+# (widths 32-1024, 2-4 layers), far below what takes minutes to trace or gigabytes to hold.
+MAX_WIDTH = 16384
+MAX_LAYERS = 16
+MAX_COUNT = 1 << 20  # any other count of an option: samples, rows, ensemble members
+RECORD_FIELDS = ("format", "version", "algo", "options", "net", "spec", "encoder", "env", "provenance",
+                 "imaginejax", "tensors", "sha256")
+ENCODER_FIELDS = ("model", "dim", "fingerprint", "normalize")
+
+
 # ---------------------------------------------------------------------------------------------------
 # What act reads
 # ---------------------------------------------------------------------------------------------------
@@ -79,8 +89,8 @@ def acting_names(algo: Algorithm, spec: Spec) -> tuple[str, ...]:
     that produces a needed variable reads it, starting from the actions. Nested calls count as a whole.
     """
     state, hp = template(algo, spec)
-    obs = jnp.zeros((1, spec.obs_dim), jnp.float32)
-    closed = jax.make_jaxpr(lambda s, h: algo.act(s, obs, jax.random.PRNGKey(0), h, True))(state, hp)
+    obs = jax.ShapeDtypeStruct((1, spec.obs_dim), jnp.float32)
+    closed = jax.make_jaxpr(lambda s, h, o: algo.act(s, o, jax.random.PRNGKey(0), h, True))(state, hp, obs)
     graph = closed.jaxpr
     needed = {v for v in graph.outvars if isinstance(v, jex.Var)}
     for eqn in reversed(graph.eqns):
@@ -156,28 +166,43 @@ class Policy:
         """The algorithm record (pure functions) this policy acts with."""
         return algo_registry.make(self.algo, self.spec, self.net, **self.options)
 
-    @functools.cached_property
-    def state(self) -> tuple[PyTree, PyTree]:
-        """(state, hp) of one run: the stored leaves, zeros where ``act`` reads nothing."""
+    def fill(self, tensors: Mapping[str, Any]) -> tuple[PyTree, PyTree]:
+        """(state, hp) of one run: ``tensors`` (name -> leaf) where stored, zeros where ``act`` reads
+        nothing. Inside a traced function the zeros are never built (nothing reads them)."""
         state, hp = template(self.algorithm, self.spec)
         fill = lambda prefix, tree: jax.tree_util.tree_unflatten(
-            jax.tree.structure(tree), [jnp.asarray(self.tensors[name]) if name in self.tensors
+            jax.tree.structure(tree), [jnp.asarray(tensors[name]) if name in tensors
                                        else jnp.zeros(leaf.shape, leaf.dtype)
                                        for name, leaf in named_leaves(tree, prefix).items()])
+        return fill("state", state), fill("hp", hp)
+
+    @functools.cached_property
+    def state(self) -> tuple[PyTree, PyTree]:
+        """(state, hp) of one run as arrays: the stored leaves, zeros where ``act`` reads nothing."""
         # Concrete arrays even when first read while a function is traced: the cache outlives the trace.
         with jax.ensure_compile_time_eval():
-            return fill("state", state), fill("hp", hp)
+            return self.fill(self.tensors)
 
     @functools.cached_property
     def _predict(self) -> Any:
-        act = self.algorithm.act
-        return jax.jit(lambda state, hp, obs: act(state, obs, jax.random.PRNGKey(0), hp, True))
+        act, fill = self.algorithm.act, self.fill
+
+        def predict(tensors: Mapping[str, Any], obs: jax.Array) -> jax.Array:
+            state, hp = fill(tensors)
+            return act(state, obs, jax.random.PRNGKey(0), hp, True)
+
+        return jax.jit(predict)
 
     def policy_fn(self) -> Any:
-        """``(obs (B, S+E), key) -> actions``, deterministic, for :func:`imaginejax.evaluation.evaluate`."""
-        state, hp = self.state
-        act = self.algorithm.act
-        return lambda obs, key: act(state, obs, key, hp, True)
+        """``(obs (B, S+E), key) -> actions``, deterministic, for :func:`imaginejax.evaluation.evaluate`
+        (jit it: the leaves ``act`` never reads are then never built)."""
+        act, fill, tensors = self.algorithm.act, self.fill, self.tensors
+
+        def policy(obs: jax.Array, key: jax.Array) -> jax.Array:
+            state, hp = fill(tensors)
+            return act(state, obs, key, hp, True)
+
+        return policy
 
     def predict(self, obs: Any) -> np.ndarray:
         """Deterministic actions, jitted: obs (B, S+E) -> (B,) int32 (discrete) or (B, A) float32."""
@@ -185,7 +210,7 @@ class Policy:
         if obs.ndim != 2 or obs.shape[1] != self.spec.obs_dim:
             raise ValueError(f"predict takes observations (B, S+E) = (B, {self.spec.obs_dim}) (state {self.spec.state_dim} "
                              f"⊕ embedding {self.spec.embed_dim}), got {list(obs.shape)}")
-        return np.asarray(self._predict(*self.state, obs))
+        return np.asarray(self._predict(self.tensors, obs))
 
     def embed(self, instructions: str | Sequence[str]) -> np.ndarray:
         """Instruction string(s) -> (M, E) with the encoder recorded at training.
@@ -274,7 +299,8 @@ class Policy:
         """``directory/policy.safetensors`` and ``directory/policy.json`` (each written atomically)."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        data = safetensors.numpy.save({name: np.ascontiguousarray(a) for name, a in self.tensors.items()})
+        # np.ascontiguousarray makes a 0-d array 1-d: reshaped back, a scalar leaf (BCQ's threshold) keeps its shape.
+        data = safetensors.numpy.save({name: np.ascontiguousarray(a).reshape(np.shape(a)) for name, a in self.tensors.items()})
         write_bytes(directory / TENSORS_FILE, data)
         write_json(directory / RECORD_FILE, self.record(hashlib.sha256(data).hexdigest()))
         return directory
@@ -284,8 +310,9 @@ class Policy:
         """The policy saved in ``directory`` by :meth:`save`.
 
         Raises:
-          PolicyError: a file is missing, unreadable, damaged (checksum) or disagrees with its record or
-            with the algorithm's state (names, shapes, dtypes), or a value is not finite.
+          PolicyError: a file is missing, unreadable or damaged (checksum); a field of the record is not what
+            :func:`check_record` allows (checked before anything is traced or built); the tensors disagree
+            with the algorithm's state (names, shapes, dtypes) or a value is not finite.
         """
         directory = Path(directory)
         record_path, tensors_path = directory / RECORD_FILE, directory / TENSORS_FILE
@@ -307,20 +334,16 @@ class Policy:
             raise PolicyError(f"{tensors_path} does not match the SHA-256 in {record_path}: the file was damaged or "
                               "replaced; export the policy again")
         try:
-            spec = Spec(**record["spec"])
-            net = None if record["net"] is None else NetConfig(**{k: tuple(v) if isinstance(v, list) else v
-                                                                 for k, v in record["net"].items()})
-            policy = cls(algo=str(record["algo"]), spec=spec, net=net, options=dict(record["options"]),
-                         env=str(record["env"]), encoder=record["encoder"], provenance=dict(record["provenance"]),
-                         tensors={})
-            algorithm = policy.algorithm
-        except (KeyError, TypeError, ValueError, AttributeError) as error:
-            raise PolicyError(f"{record_path} does not describe a policy this code can build ({type(error).__name__}: "
-                              f"{error}): export it again") from None
-        try:
             tensors = safetensors.numpy.load(data)
         except Exception as error:  # safetensors reports a malformed header as its own error types
             raise PolicyError(f"{tensors_path} is not a readable safetensors file ({error})") from None
+        policy = check_record(record, record_path, tensors)
+        try:
+            algorithm = policy.algorithm
+        except (TypeError, ValueError) as error:
+            raise PolicyError(f"{record_path} does not describe a policy this code can build ({type(error).__name__}: "
+                              f"{error}): export it again") from None
+        spec = policy.spec
         state, hp = template(algorithm, spec)
         expected = {**named_leaves(state, "state"), **named_leaves(hp, "hp")}
         wanted = acting_names(algorithm, spec)
@@ -336,6 +359,172 @@ class Policy:
             if np.issubdtype(value.dtype, np.inexact) and not np.all(np.isfinite(value)):
                 raise PolicyError(f"{tensors_path}: {name} holds non-finite values")
         return dataclasses.replace(policy, tensors=tensors)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Checking a record before anything is built from it
+# ---------------------------------------------------------------------------------------------------
+def _refuse(path: Path, field: str, value: Any, problem: str, fix: str = "export the policy again") -> PolicyError:
+    shown = repr(value)
+    return PolicyError(f"{path}: field {field} is {shown[:80] + '…' if len(shown) > 80 else shown}: {problem}; {fix}")
+
+
+def _count(path: Path, field: str, value: Any, low: int, high: int) -> int:
+    """``value`` as an int in [low, high] (JSON booleans are not counts)."""
+    if type(value) is not int:
+        raise _refuse(path, field, value, "not an integer")
+    if not low <= value <= high:
+        raise _refuse(path, field, value, f"outside [{low}, {high}]")
+    return value
+
+
+def _option(path: Path, field: str, value: Any, default: Any, annotation: Any) -> Any:
+    """A static option read from JSON, checked against its factory default (and annotation, for
+    None-able fields): booleans, counts, widths, floats, None, and dataclass tables of these."""
+    text = str(annotation)
+    if value is None and (default is None or "None" in text):
+        return None
+    if dataclasses.is_dataclass(default):
+        if not isinstance(value, dict):
+            raise _refuse(path, field, value, f"not a table of {type(default).__name__} fields")
+        known = {f.name: f for f in dataclasses.fields(default)}
+        for key, sub in value.items():
+            if key not in known:
+                raise _refuse(path, f"{field}.{key}", sub, f"{type(default).__name__} has no such field; valid: "
+                              f"{', '.join(known)}")
+            _option(path, f"{field}.{key}", sub, getattr(default, key), known[key].type)
+        return value
+    if isinstance(default, bool):
+        if type(value) is not bool:
+            raise _refuse(path, field, value, "not true or false")
+    elif isinstance(default, int) or (default is None and "int" in text.replace("|", " ").split()):
+        _count(path, field, value, 0, MAX_COUNT)
+    elif isinstance(default, float):
+        if type(value) not in (int, float) or not np.isfinite(value):
+            raise _refuse(path, field, value, "not a finite number")
+    elif isinstance(default, tuple) and all(type(v) is int for v in default):
+        if not isinstance(value, list) or not 1 <= len(value) <= MAX_LAYERS:
+            raise _refuse(path, field, value, f"not a list of 1 to {MAX_LAYERS} widths")
+        for i, width in enumerate(value):
+            _count(path, f"{field}[{i}]", width, 1, MAX_WIDTH)
+    else:
+        raise _refuse(path, field, value, f"not a value a policy record can hold (default {default!r})")
+    return value
+
+
+def _env_spec(name: str) -> tuple[int, bool, int]:
+    """(state width S, discrete, action count or width) of environment ``name``, from its class alone."""
+    from imaginejax import envs
+
+    env = envs.entry(name).env_class()
+    return int(env.state_dim), bool(env.discrete), int(env.num_actions if env.discrete else env.action_dim)
+
+
+def check_record(record: Mapping[str, Any], path: Path, tensors: Mapping[str, np.ndarray]) -> Policy:
+    """The policy a ``policy.json`` record describes, with ``tensors`` (the tensors file's), every field
+    checked before anything is traced or built: registry names, types, the environment's own widths, the
+    network's widths and layer counts within bounds and present in the tensors, the tensors table.
+
+    Raises:
+      PolicyError: naming the file, the field, the value and the fix.
+    """
+    import inspect
+
+    from imaginejax import envs
+    from imaginejax.lang import EMBED_DIM
+
+    unknown = sorted(set(record) - set(RECORD_FIELDS))
+    if unknown:
+        raise _refuse(path, unknown[0], record[unknown[0]], f"not a field of a policy record (fields: "
+                      f"{', '.join(RECORD_FIELDS)})")
+    missing = [f for f in RECORD_FIELDS if f not in record]
+    if missing:
+        raise PolicyError(f"{path}: field {missing[0]} is missing: export the policy again")
+    algo, env = record["algo"], record["env"]
+    if not isinstance(algo, str) or algo not in algo_registry.registered():
+        raise _refuse(path, "algo", algo, f"not a registered algorithm (valid: {', '.join(algo_registry.registered())})")
+    if not isinstance(env, str) or env not in envs.registered():
+        raise _refuse(path, "env", env, f"not a registered environment (valid: {', '.join(envs.registered())})")
+
+    raw = record["spec"]
+    fields = [f.name for f in dataclasses.fields(Spec)]
+    if not isinstance(raw, dict) or sorted(raw) != sorted(fields):
+        raise _refuse(path, "spec", raw, f"not a table of exactly {', '.join(fields)}")
+    if type(raw["discrete"]) is not bool:
+        raise _refuse(path, "spec.discrete", raw["discrete"], "not true or false")
+    spec = Spec(state_dim=_count(path, "spec.state_dim", raw["state_dim"], 1, MAX_WIDTH),
+                embed_dim=_count(path, "spec.embed_dim", raw["embed_dim"], 0, MAX_WIDTH),
+                discrete=raw["discrete"], action_dim=_count(path, "spec.action_dim", raw["action_dim"], 1, MAX_WIDTH))
+    state_dim, discrete, action_dim = _env_spec(env)
+    for field, got, want in (("state_dim", spec.state_dim, state_dim), ("discrete", spec.discrete, discrete),
+                             ("action_dim", spec.action_dim, action_dim)):
+        if got != want:
+            raise _refuse(path, f"spec.{field}", got, f"environment {env!r} has {want} (a policy runs only in "
+                          "the environment it was trained on)")
+    if spec.embed_dim not in (0, EMBED_DIM):
+        raise _refuse(path, "spec.embed_dim", spec.embed_dim, f"the sentence encoder gives {EMBED_DIM} (0: none)")
+
+    encoder = record["encoder"]
+    if spec.embed_dim == 0 and encoder is not None:
+        raise _refuse(path, "encoder", encoder, "a policy without instruction embeddings (embed_dim 0) has none (null)")
+    if spec.embed_dim:
+        if not isinstance(encoder, dict) or sorted(encoder) != sorted(ENCODER_FIELDS):
+            raise _refuse(path, "encoder", encoder, f"not a table of exactly {', '.join(ENCODER_FIELDS)}")
+        if not isinstance(encoder["model"], str) or len(encoder["model"]) > 200:
+            raise _refuse(path, "encoder.model", encoder["model"], "not a model name")
+        if encoder["dim"] != spec.embed_dim or type(encoder["dim"]) is not int:
+            raise _refuse(path, "encoder.dim", encoder["dim"], f"spec.embed_dim is {spec.embed_dim}")
+        fingerprint = encoder["fingerprint"]
+        if not (isinstance(fingerprint, str) and len(fingerprint) == 64 and set(fingerprint) <= set("0123456789abcdef")):
+            raise _refuse(path, "encoder.fingerprint", fingerprint, "not a SHA-256 (64 hexadecimal digits)")
+        if type(encoder["normalize"]) is not bool:
+            raise _refuse(path, "encoder.normalize", encoder["normalize"], "not true or false")
+
+    raw, net = record["net"], None
+    if raw is not None:
+        fields = [f.name for f in dataclasses.fields(NetConfig)]
+        if not isinstance(raw, dict) or sorted(raw) != sorted(fields):
+            raise _refuse(path, "net", raw, f"not null or a table of exactly {', '.join(fields)}")
+        hidden = raw["hidden"]
+        if not isinstance(hidden, list) or not 1 <= len(hidden) <= MAX_LAYERS:
+            raise _refuse(path, "net.hidden", hidden, f"not a list of 1 to {MAX_LAYERS} widths")
+        net = NetConfig(encoder_width=_count(path, "net.encoder_width", raw["encoder_width"], 1, MAX_WIDTH),
+                        encoder_layers=_count(path, "net.encoder_layers", raw["encoder_layers"], 1, MAX_LAYERS),
+                        hidden=tuple(_count(path, f"net.hidden[{i}]", w, 1, MAX_WIDTH) for i, w in enumerate(hidden)))
+        # Every network starts with the tanh encoder (algos/networks.py), one kernel and one bias per layer,
+        # and ends with at least one more layer; its width is among the tensors' dimensions.
+        if 2 * (net.encoder_layers + 1) > len(tensors):
+            raise _refuse(path, "net.encoder_layers", net.encoder_layers, f"a network of {net.encoder_layers} encoder "
+                          f"layers and an output layer holds {2 * (net.encoder_layers + 1)} tensors; {TENSORS_FILE} "
+                          f"holds {len(tensors)}")
+        dims = sorted({d for a in tensors.values() for d in a.shape})
+        if net.encoder_width not in dims:
+            raise _refuse(path, "net.encoder_width", net.encoder_width, f"no tensor of {TENSORS_FILE} has this "
+                          f"width (widths: {dims[:12]})")
+
+    options = record["options"]
+    if not isinstance(options, dict):
+        raise _refuse(path, "options", options, "not a table of the algorithm's static options")
+    valid = algo_registry.static_options(algo, spec.discrete)
+    factory = algo_registry._REGISTRY[algo][spec.discrete]
+    for key, value in options.items():
+        if key not in valid:
+            raise _refuse(path, f"options.{key}", value, f"{algo} ({'discrete' if spec.discrete else 'continuous'}) "
+                          f"has no such option; valid: {', '.join(valid) or 'none'}")
+        parameter = inspect.signature(factory).parameters[key]
+        _option(path, f"options.{key}", value, parameter.default, parameter.annotation)
+
+    if not isinstance(record["provenance"], dict):
+        raise _refuse(path, "provenance", record["provenance"], "not a table")
+    if not isinstance(record["imaginejax"], str):
+        raise _refuse(path, "imaginejax", record["imaginejax"], "not a version string")
+    table = record["tensors"]
+    found = {name: {"dtype": str(a.dtype), "shape": list(a.shape)} for name, a in tensors.items()}
+    if table != found:
+        raise _refuse(path, "tensors", table, f"the table does not list the names, dtypes and shapes "
+                      f"{TENSORS_FILE} holds")
+    return Policy(algo=algo, spec=spec, net=net, options=dict(options), env=env, encoder=encoder,
+                  provenance=dict(record["provenance"]), tensors={})
 
 
 # ---------------------------------------------------------------------------------------------------

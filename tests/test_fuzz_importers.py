@@ -6,6 +6,9 @@ kinds pickled with protocols 2–5 (exact round trip), the same streams with opc
 swapped or inserted (code-running globals among them), byte flips and truncations of .npy / HDF5 / parquet
 files (read in one child process with an audit hook, so a crash fails the test instead of killing pytest),
 and random HDF5 layouts (chunking, filters, external storage, virtual datasets, links, dtypes).
+Policy records (``policy.json``) with random field mutations — wrong types, huge widths and layer counts,
+path-like and other environments' names — load exactly what the record says or raise PolicyError, in one
+child process under a memory cap and a per-record time limit.
 Budgets are small (a few seconds each); raise max_examples locally to search longer."""
 
 from __future__ import annotations
@@ -474,3 +477,110 @@ def test_memory_bombs_are_refused_within_the_budget_in_bounded_time(tmp_path: Pa
             assert r["outcome"] == "DatasetError", (r, spec)
         if spec["kind"] == "parquet metadata":
             assert (r["outcome"] == "ok") == (spec["key"] == "instruction_table"), (r, spec)
+
+
+# ------------------------------------------------------------------------------------------ policy records
+
+POLICY_CHILD = textwrap.dedent("""
+    import dataclasses, json, resource, signal, sys
+    from pathlib import Path
+
+    resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))  # a record that allocates fails here, not the machine
+    import numpy as np
+    import safetensors.numpy
+    from imaginejax.policy import Policy, PolicyError
+
+    def too_slow(*_):
+        raise TimeoutError("still loading after 20 s")
+
+    signal.signal(signal.SIGALRM, too_slow)
+    for folder in sorted(Path(sys.argv[1]).iterdir()):
+        record = json.loads((folder / "policy.json").read_text())
+        signal.alarm(20)
+        try:
+            p = Policy.load(folder)
+            stored = safetensors.numpy.load_file(str(folder / "policy.safetensors"))
+            net = None if p.net is None else {**dataclasses.asdict(p.net), "hidden": list(p.net.hidden)}
+            exact = (p.algo, p.env, dataclasses.asdict(p.spec), net, p.options, p.encoder, p.provenance) == (
+                record["algo"], record["env"], record["spec"], record["net"], record["options"], record["encoder"],
+                record["provenance"]) and sorted(p.tensors) == sorted(stored) and all(
+                p.tensors[k].tobytes() == stored[k].tobytes() for k in stored)
+            outcome = "exact" if exact else "inexact"
+        except PolicyError:
+            outcome = "PolicyError"
+        except BaseException as err:
+            outcome = f"{type(err).__name__}: {str(err)[:300]}"
+        signal.alarm(0)
+        print(json.dumps({"case": folder.name, "outcome": outcome}), flush=True)
+""")
+
+POLICY_FIELDS = ["algo", "env", "spec", "spec.state_dim", "spec.embed_dim", "spec.action_dim", "spec.discrete", "net",
+                 "net.encoder_width", "net.encoder_layers", "net.hidden", "net.hidden.0", "options", "encoder",
+                 "provenance", "provenance.seed", "imaginejax", "tensors", "model_path"]
+HOSTILE_VALUES = st.one_of(
+    st.sampled_from([0, -1, 1, 10, 16, 17, 40, 384, 2**31, 10**12, 20000, 1.5, float("inf"), True, False, None, "",
+                     "10", "../clevr", "/etc/passwd", "clevr/../babyai", "babyai", "cheetah", "metaworld", "bc", "cql",
+                     "bcq", [], {}, [16, 16], [10**6, 10**6], [16] * 40, ["a"], {"config": {"act_samples": 10**9}},
+                     {"double_q": False}, {"x": 1}]),
+    st.integers(-10, 10**7), TEXT)
+
+
+@pytest.fixture(scope="module")
+def policy_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An untrained BC policy of CLEVR without instruction embeddings, saved (nothing trains: the record is
+    what is fuzzed)."""
+    import jax
+
+    from imaginejax import algos
+    from imaginejax.algos.base import Spec
+    from imaginejax.algos.common import DataStats
+    from imaginejax.algos.networks import NetConfig
+    from imaginejax.policy import Policy
+
+    spec, net = Spec(10, 0, True, 40), NetConfig(16, 2, (16, 16))
+    algo = algos.make("bc", spec, net)
+    hp = algo.default_hp(spec)
+    state = algo.init(jax.random.PRNGKey(0), spec, DataStats.identity(10), hp)
+    return Policy.from_state("bc", spec, net, {}, "clevr", state, hp, {"seed": 0}).save(
+        tmp_path_factory.mktemp("policy") / "policy")
+
+
+def test_mutated_policy_records_load_exactly_or_are_refused(tmp_path: Path, policy_dir: Path) -> None:
+    import shutil
+
+    original = json.loads((policy_dir / "policy.json").read_text())
+    folder = tmp_path / "records"
+    folder.mkdir()
+    written: list[dict] = []
+
+    @budget(30)
+    @given(edits=st.lists(st.tuples(st.sampled_from(POLICY_FIELDS), st.one_of(HOSTILE_VALUES, st.just("<delete>"))),
+                          min_size=0, max_size=3))
+    def mutate(edits: list[tuple[str, object]]) -> None:
+        record = json.loads(json.dumps(original))
+        for field, value in edits:
+            *parents, last = field.split(".")
+            node = record
+            for key in parents:
+                node = node[int(key)] if isinstance(node, list) and key.isdigit() else node.get(key) \
+                    if isinstance(node, dict) else None
+            if isinstance(node, list) and last.isdigit() and int(last) < len(node):
+                node[int(last)] = value
+            elif isinstance(node, dict):
+                if value == "<delete>":
+                    node.pop(last, None)
+                else:
+                    node[last] = value
+        case = folder / f"{len(written):04d}"
+        shutil.copytree(policy_dir, case)
+        (case / "policy.json").write_text(json.dumps(record))
+        written.append(record)
+
+    mutate()
+    done = subprocess.run([sys.executable, "-c", POLICY_CHILD, str(folder)], capture_output=True, text=True,
+                          timeout=600, cwd=REPO)
+    results = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert done.returncode == 0 and len(results) == len(written), done.stderr[-2000:]
+    for r in results:
+        assert r["outcome"] in ("exact", "PolicyError"), (r, written[int(r["case"])])
+    assert {r["outcome"] for r in results} == {"exact", "PolicyError"}

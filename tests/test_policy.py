@@ -105,6 +105,7 @@ def _rewrite(directory, tensors=None, **record_changes):
         data = safetensors.numpy.save(tensors)
         (directory / "policy.safetensors").write_bytes(data)
         record["sha256"] = hashlib.sha256(data).hexdigest()
+        record["tensors"] = {name: {"dtype": str(a.dtype), "shape": list(a.shape)} for name, a in tensors.items()}
     record.update(record_changes)
     (directory / "policy.json").write_text(json.dumps(record))
 
@@ -134,14 +135,15 @@ def test_damaged_or_mismatched_policies_are_refused(exported, tmp_path):
     with pytest.raises(PolicyError, match="version 99; this code reads version 1"):
         Policy.load(d)
 
-    d = _copy(exported, tmp_path / "spec")
-    _rewrite(d, spec={**json.loads((d / "policy.json").read_text())["spec"], "state_dim": 11})
-    with pytest.raises(PolicyError, match=r"is float32\[(\d+), 32\] but the recorded bc network needs float32\[(?!\1\])\d+, 32\]"):
+    d = _copy(exported, tmp_path / "shape")
+    name = "state.params['params']['LanguageEncoder_0']['encoder_0']['kernel']"
+    _rewrite(d, tensors={**good.tensors, name: np.zeros((394, 33), np.float32)})
+    with pytest.raises(PolicyError, match=r"is float32\[394, 33\] but the recorded bc network needs float32\[394, 32\]"):
         Policy.load(d)
 
     d = _copy(exported, tmp_path / "algo")
     _rewrite(d, algo="no-such-algorithm")
-    with pytest.raises(PolicyError, match="does not describe a policy this code can build.*unknown algorithm"):
+    with pytest.raises(PolicyError, match="field algo is 'no-such-algorithm': not a registered algorithm"):
         Policy.load(d)
 
     d = _copy(exported, tmp_path / "extra")
@@ -182,3 +184,75 @@ def test_repr_summarises_the_policy_instead_of_printing_its_tensors(exported):
                  "hidden=(32, 32)", "encoder='all-MiniLM-L6-v2'",
                  f"{len(policy.tensors)} tensors ({parameters:,} parameters)", "run=0, seed=0, ratio=0.0, data='', steps=100"):
         assert fact in text, fact
+
+
+SPEC = {"state_dim": 10, "embed_dim": 384, "discrete": True, "action_dim": 40}
+NET = {"encoder_width": 32, "encoder_layers": 2, "hidden": [32, 32]}
+HOSTILE_RECORDS = {  # case: (record fields changed, what the error says)
+    "env with path separators": ({"env": "../clevr"}, r"field env is '\.\./clevr': not a registered environment"),
+    "env of another environment": ({"env": "babyai"}, r"field spec\.state_dim is 10: environment 'babyai' has 17"),
+    "state width as a string": ({"spec": {**SPEC, "state_dim": "10"}}, r"field spec\.state_dim is '10': not an integer"),
+    "huge state width": ({"spec": {**SPEC, "state_dim": 10**10}}, r"spec\.state_dim is 10000000000: outside \[1, 16384\]"),
+    "huge action count": ({"spec": {**SPEC, "action_dim": 10**11}}, r"spec\.action_dim is 100000000000: outside"),
+    "embedding of another encoder": ({"spec": {**SPEC, "embed_dim": 768}}, r"spec\.embed_dim is 768: the sentence"),
+    "huge widths": ({"net": {**NET, "encoder_width": 10**6}}, r"net\.encoder_width is 1000000: outside \[1, 16384\]"),
+    "width absent from the tensors": ({"net": {**NET, "encoder_width": 64}}, r"net\.encoder_width is 64: no tensor"),
+    "huge layer count": ({"net": {**NET, "encoder_layers": 20000}}, r"net\.encoder_layers is 20000: outside \[1, 16\]"),
+    "more layers than tensors": ({"net": {**NET, "encoder_layers": 16}}, r"an output layer holds 34 tensors; .* 10"),
+    "hidden layers of another network": ({"net": {**NET, "hidden": [32] * 3}}, r"hidden_2.*: export it again"),
+    "widths as text": ({"net": {**NET, "hidden": "ab"}}, r"field net\.hidden is 'ab': not a list"),
+    "unknown option": ({"options": {"config": {"x": 1}}}, r"options\.config is .*bc \(discrete\) has no such option"),
+    "unknown field": ({"model_path": "/etc/passwd"}, r"field model_path is '/etc/passwd': not a field of a policy"),
+    "encoder of another width": ({"encoder": None}, r"field encoder is None: not a table"),
+    "tensors table edited": ({"tensors": {"x": {"dtype": "float32", "shape": [10**12]}}},
+                             r"field tensors is \{'x': .*: the table does not list"),
+}
+
+
+@pytest.mark.parametrize("case", list(HOSTILE_RECORDS))
+def test_hostile_policy_records_are_refused_by_field_before_anything_is_built(exported, tmp_path, case):
+    changes, message = HOSTILE_RECORDS[case]
+    d = _copy(exported, tmp_path)
+    record = json.loads((d / "policy.json").read_text())
+    (d / "policy.json").write_text(json.dumps({**record, **changes}))
+    with pytest.raises(PolicyError, match=message) as error:
+        Policy.load(d)
+    assert str(d) in str(error.value) and "export" in str(error.value)
+
+
+def test_evaluate_refuses_a_policy_of_a_path_or_another_environment_in_one_line(exported, tmp_path, capsys):
+    for env in ("../../clevr", "babyai"):
+        d = _copy(exported, tmp_path / env.replace("/", "_"))
+        _rewrite(d, env=env)
+        capsys.readouterr()
+        assert main(["evaluate", str(d), "--episodes", "2"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith(f"imaginejax evaluate: error: {d / 'policy.json'}: field "), err
+
+
+def test_a_record_with_only_its_provenance_changed_loads_exactly(exported, tmp_path):
+    d = _copy(exported, tmp_path)
+    _rewrite(d, provenance={"note": "edited"})
+    policy, good = Policy.load(d), Policy.load(exported / "policy")
+    assert policy.provenance == {"note": "edited"} and (policy.algo, policy.env, policy.spec, policy.net) == (
+        good.algo, good.env, good.spec, good.net)
+    assert all(np.array_equal(policy.tensors[k], good.tensors[k]) for k in good.tensors)
+
+
+def test_a_policy_with_a_scalar_leaf_round_trips(tmp_path):
+    """Discrete BCQ acts with a 0-d threshold: saved as 0-d (np.ascontiguousarray alone made it 1-d)."""
+    from imaginejax import algos
+    from imaginejax.algos.base import Spec
+    from imaginejax.algos.common import DataStats
+    from imaginejax.algos.networks import NetConfig
+    from imaginejax.policy import template
+
+    spec, net = Spec(10, 0, True, 40), NetConfig(16, 1, (16,))
+    algo = algos.make("bcq", spec, net)
+    hp = jax.tree.map(lambda x, t: np.asarray(x).reshape(t.shape), algo.default_hp(spec), template(algo, spec)[1])
+    state = algo.init(jax.random.PRNGKey(0), spec, DataStats.identity(10), hp)
+    policy = Policy.from_state("bcq", spec, net, {}, "clevr", state, hp, {})
+    assert policy.tensors["hp.threshold"].shape == ()
+    loaded = Policy.load(policy.save(tmp_path / "bcq"))
+    obs = np.random.default_rng(0).normal(size=(4, 10)).astype(np.float32)
+    np.testing.assert_array_equal(loaded.predict(obs), policy.predict(obs))

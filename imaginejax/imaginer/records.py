@@ -1,0 +1,220 @@
+"""Checking an imaginer's run record (``run.json`` of a fine-tuning run, ``<name>.json`` of a shipped
+imaginer) field by field before anything is built from it or opened because of it.
+
+A record is JSON anyone can edit: every field must have its type, lie within bounds that keep the
+rebuilt model to a size this package trains (a backbone up to Llama-2-70B's shapes), and agree with the
+fields it depends on (normaliser width = state width, token ids within the vocabulary). A record never
+names a file to open: ``preset.model_path`` is refused unless the caller gives the path itself, and
+``backbone`` (where the run's backbone came from) is provenance, never read back.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+from typing import Any, Final, Mapping
+
+from imaginejax.imaginer import lora
+
+RUN_FIELDS: Final[tuple[str, ...]] = (
+    "format", "schema_version", "preset", "kalm_config", "text_format", "layout", "normalizer",
+    "data_fingerprint", "num_trajectories", "backbone", "frozen_backbone_hash")
+# What a shipped imaginer's record adds (imaginer/shipped.py export, and the hash measured on the GPU).
+SHIPPED_FIELDS: Final[tuple[str, ...]] = ("env", "step", "checkpoint_hash", "weights_sha256", "command",
+                                          "frozen_backbone_hash_on_the_gpu")
+# Upper bounds of the backbone's shapes: Llama-2-70B has hidden 8192, MLP 28672, 80 layers, 64 heads.
+LLAMA_BOUNDS: Final[dict[str, int]] = {
+    "vocab_size": 1 << 18, "hidden_size": 1 << 14, "intermediate_size": 1 << 16, "num_hidden_layers": 128,
+    "num_attention_heads": 256, "num_key_value_heads": 256, "head_dim": 1024, "max_position_embeddings": 1 << 20}
+MAX_COUNT: Final[int] = 1 << 31
+MAX_LENGTH: Final[int] = 1 << 16
+FIX: Final[str] = "fine-tune the run again (or re-export the shipped imaginer)"
+
+
+class RunRecordError(ValueError):
+    """A run record with a field of the wrong type, out of bounds, inconsistent, or naming a file."""
+
+
+def _refuse(path: Path, field: str, value: Any, problem: str, fix: str = FIX) -> RunRecordError:
+    shown = repr(value)
+    return RunRecordError(f"{path}: field {field} is {shown[:80] + '…' if len(shown) > 80 else shown}: {problem}; "
+                          f"{fix}")
+
+
+def _table(path: Path, field: str, value: Any) -> Mapping[str, Any]:
+    if not isinstance(value, dict):
+        raise _refuse(path, field, value, "not a table")
+    return value
+
+
+def _int(path: Path, field: str, value: Any, low: int = 0, high: int = MAX_COUNT, none: bool = False) -> int | None:
+    if value is None and none:
+        return None
+    if type(value) is not int or not low <= value <= high:
+        raise _refuse(path, field, value, f"not an integer in [{low}, {high}]" + (" or null" if none else ""))
+    return value
+
+
+def _number(path: Path, field: str, value: Any) -> float:
+    if type(value) not in (int, float) or not math.isfinite(value):
+        raise _refuse(path, field, value, "not a finite number")
+    return float(value)
+
+
+def _bool(path: Path, field: str, value: Any) -> bool:
+    if type(value) is not bool:
+        raise _refuse(path, field, value, "not true or false")
+    return value
+
+
+def _text(path: Path, field: str, value: Any, none: bool = False, choices: tuple[str, ...] = ()) -> str | None:
+    if value is None and none:
+        return None
+    if not isinstance(value, str) or len(value) > 10_000 or (choices and value not in choices):
+        raise _refuse(path, field, value, f"not one of {', '.join(choices)}" if choices else "not a string")
+    return value
+
+
+def _digest(path: Path, field: str, value: Any, none: bool = False) -> str | None:
+    if value is None and none:
+        return None
+    if not (isinstance(value, str) and len(value) == 64 and set(value) <= set("0123456789abcdef")):
+        raise _refuse(path, field, value, "not a SHA-256 (64 hexadecimal digits)")
+    return value
+
+
+def _ids(path: Path, field: str, value: Any, vocab: int) -> list[int]:
+    if not isinstance(value, list) or len(value) > MAX_LENGTH:
+        raise _refuse(path, field, value, "not a list of token ids")
+    return [_int(path, f"{field}[{i}]", t, 0, vocab - 1) for i, t in enumerate(value)]
+
+
+def _llama(path: Path, field: str, value: Any) -> None:
+    """The shape fields of a Llama configuration within :data:`LLAMA_BOUNDS` (the rest LlamaConfig checks)."""
+    for key, high in LLAMA_BOUNDS.items():
+        if key in value:
+            _int(path, f"{field}.{key}", value[key], 1, high, none=key == "head_dim")
+
+
+def _preset(path: Path, preset: Mapping[str, Any], trusted_model_path: bool) -> None:
+    from imaginejax.imaginer.finetune import Preset
+
+    fields = {f.name for f in dataclasses.fields(Preset)}
+    for key in preset:
+        if key not in fields:
+            raise _refuse(path, f"preset.{key}", preset[key], f"not a field of a preset (fields: {', '.join(sorted(fields))})")
+    for key in ("name", "source"):
+        if key not in preset:
+            raise RunRecordError(f"{path}: field preset.{key} is missing; {FIX}")
+    _text(path, "preset.name", preset["name"])
+    _text(path, "preset.source", preset["source"], choices=("random", "gguf", "hf"))
+    _llama(path, "preset.architecture", _table(path, "preset.architecture", preset.get("architecture", {})))
+    model_path = _text(path, "preset.model_path", preset.get("model_path"), none=True)
+    if model_path is not None and not trusted_model_path:
+        raise _refuse(path, "preset.model_path", model_path, "a record never names a file to open",
+                      "give the backbone's path yourself (load_imaginer(run_dir, model_path=...)) if you trust it")
+    _text(path, "preset.tokenizer", preset.get("tokenizer", "model"), choices=("smollm2", "model"))
+    for key in ("start_token", "end_token"):
+        _text(path, f"preset.{key}", preset.get(key), none=True)
+    for key in ("start_id", "end_id", "max_steps"):
+        _int(path, f"preset.{key}", preset.get(key), none=True)
+    _text(path, "preset.dtype", preset.get("dtype", "float32"), choices=("float32", "bfloat16", "float16"))
+    _int(path, "preset.lora_rank", preset.get("lora_rank", 0), 0, 4096)
+    targets = preset.get("lora_targets", list(lora.ATTENTION_TARGETS))
+    if not isinstance(targets, list) or not set(map(str, targets)) <= set(lora.LORA_TARGETS) or not all(
+            isinstance(t, str) for t in targets):
+        raise _refuse(path, "preset.lora_targets", targets, f"not a list of {', '.join(lora.LORA_TARGETS)}")
+    for key in ("lora_alpha", "learning_rate", "weight_decay", "grad_clip", "adam_b2", "state_loss_weight"):
+        if key in preset:
+            _number(path, f"preset.{key}", preset[key])
+    for key in ("warmup_steps", "num_steps", "grad_accum", "log_every", "checkpoint_every", "max_to_keep", "seed"):
+        if key in preset:
+            _int(path, f"preset.{key}", preset[key])
+    for key, check in (("batch_sizes", _int), ("task_weights", _number)):
+        for task, value in _table(path, f"preset.{key}", preset.get(key, {})).items():
+            check(path, f"preset.{key}.{task}", value)
+    if "predict_initial_state" in preset:
+        _bool(path, "preset.predict_initial_state", preset["predict_initial_state"])
+    _text(path, "preset.state_prediction", preset.get("state_prediction", "delta"), choices=("delta", "absolute"))
+
+
+def check_run_record(record: Any, path: Path, *, shipped: bool = False, trusted_model_path: bool = False) -> None:
+    """Checks every field of a run record (``shipped``: a shipped imaginer's, with :data:`SHIPPED_FIELDS`).
+
+    ``trusted_model_path``: the caller gives the backbone's path itself, so ``preset.model_path`` is
+    provenance and not refused (it is never opened either way).
+
+    Raises:
+      RunRecordError: naming the file, the field, the value and the fix.
+    """
+    from imaginejax.imaginer.finetune import RUN_FORMAT, RUN_SCHEMA_VERSION
+
+    record = _table(path, "(the record)", record)
+    allowed = RUN_FIELDS + (SHIPPED_FIELDS if shipped else ())
+    for key in record:
+        if key not in allowed:
+            raise _refuse(path, key, record[key], f"not a field of a run record (fields: {', '.join(allowed)})")
+    for key in allowed[:-1] if shipped else allowed:  # the GPU's hash is optional
+        if key not in record:
+            raise RunRecordError(f"{path}: field {key} is missing; {FIX}")
+    if record["format"] != RUN_FORMAT or record["schema_version"] != RUN_SCHEMA_VERSION:
+        raise _refuse(path, "format", [record["format"], record["schema_version"]],
+                      f"not a {RUN_FORMAT} record of schema version {RUN_SCHEMA_VERSION}")
+    _preset(path, _table(path, "preset", record["preset"]), trusted_model_path)
+
+    config = _table(path, "kalm_config", record["kalm_config"])
+    llama = _table(path, "kalm_config.llama", config.get("llama"))
+    _llama(path, "kalm_config.llama", llama)
+    vocab = _int(path, "kalm_config.llama.vocab_size", llama.get("vocab_size"), 1, LLAMA_BOUNDS["vocab_size"])
+    state_dim = _int(path, "kalm_config.state_dim", config.get("state_dim"), 1, 1 << 14)
+    _bool(path, "kalm_config.discrete", config.get("discrete"))
+    _int(path, "kalm_config.num_actions", config.get("num_actions"), 1, 1 << 16)
+    for key in ("state_token_id", "action_token_id"):
+        _int(path, f"kalm_config.{key}", config.get(key), 0, vocab - 1)
+    for key in ("state_loss_weight", "action_loss_weight", "text_loss_weight"):
+        _number(path, f"kalm_config.{key}", config.get(key))
+    _text(path, "kalm_config.state_prediction", config.get("state_prediction"), choices=("delta", "absolute"))
+
+    text = _table(path, "text_format", record["text_format"])
+    for key in ("start_id", "end_id"):
+        _int(path, f"text_format.{key}", text.get(key), 0, vocab - 1)
+    _ids(path, "text_format.separator", text.get("separator"), vocab)
+    prefixes = text.get("prefixes")
+    if not isinstance(prefixes, list) or len(prefixes) != 4:
+        raise _refuse(path, "text_format.prefixes", prefixes, "not a list of the four tasks' token ids")
+    for i, prefix in enumerate(prefixes):
+        _ids(path, f"text_format.prefixes[{i}]", prefix, vocab)
+
+    layout = _table(path, "layout", record["layout"])
+    for key in ("max_instruction_tokens", "max_steps", "text_length"):
+        _int(path, f"layout.{key}", layout.get(key), 0, MAX_LENGTH)
+    lengths = layout.get("lengths")
+    if not isinstance(lengths, list) or len(lengths) != 4:
+        raise _refuse(path, "layout.lengths", lengths, "not the four tasks' sequence lengths")
+    for i, length in enumerate(lengths):
+        _int(path, f"layout.lengths[{i}]", length, 1, MAX_LENGTH)
+    _bool(path, "layout.predict_initial_state", layout.get("predict_initial_state"))
+
+    normalizer = _table(path, "normalizer", record["normalizer"])
+    for key in ("mean", "std"):
+        values = normalizer.get(key)
+        if not isinstance(values, list) or len(values) != state_dim:
+            raise _refuse(path, f"normalizer.{key}", values, f"not {state_dim} numbers (kalm_config.state_dim)")
+        for i, value in enumerate(values):
+            if _number(path, f"normalizer.{key}[{i}]", value) <= 0 and key == "std":
+                raise _refuse(path, f"normalizer.std[{i}]", value, "not > 0")
+
+    _digest(path, "data_fingerprint", record["data_fingerprint"])
+    _int(path, "num_trajectories", record["num_trajectories"])
+    _table(path, "backbone", record["backbone"])  # provenance: never opened
+    _digest(path, "frozen_backbone_hash", record["frozen_backbone_hash"], none=True)
+    if shipped:
+        from imaginejax import envs
+
+        _text(path, "env", record["env"], choices=envs.registered())
+        _int(path, "step", record["step"])
+        for key in ("checkpoint_hash", "weights_sha256"):
+            _digest(path, key, record[key])
+        _text(path, "command", record["command"])
+        _digest(path, "frozen_backbone_hash_on_the_gpu", record.get("frozen_backbone_hash_on_the_gpu"), none=True)
