@@ -14,6 +14,9 @@ any exception removes the sibling. A hard crash (power loss, SIGKILL) can leave 
   one), so readers see the old directory or the new one; without ``renameat2`` the old directory is
   renamed aside, the new one renamed in, the old one deleted (restored if the second rename fails).
 
+Logs grow by appending instead: :func:`append_text` opens with ``O_NOFOLLOW`` and writes only to a regular
+file of one link, so a symbolic or hard link planted in a workspace cannot make a log write elsewhere.
+
 And :func:`file_sha256`, the digest by which manifests and provenance name a file's content.
 
 Standard library only: every layer may import it.
@@ -28,6 +31,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import sys
 import uuid
 from pathlib import Path
@@ -109,6 +113,47 @@ def write_text(path: str | os.PathLike[str], text: str) -> Path:
 def write_json(path: str | os.PathLike[str], value: Any, indent: int | None = 1) -> Path:
     """``path`` holds ``json.dumps(value, indent=indent)`` and a newline (atomically)."""
     return write_text(path, json.dumps(value, indent=indent) + "\n")
+
+
+class UnsafeFileError(ValueError):
+    """A path this package appends to is not a plain file of its own (a link, a device, a directory)."""
+
+
+def append_text(path: str | os.PathLike[str], text: str, *, fsync: bool = False) -> None:
+    """Appends ``text`` (UTF-8) to ``path``, created if missing (mode 0644 before the umask), never through a
+    link: the last component must not be a symbolic link (``O_NOFOLLOW``) and the file must be a regular
+    file with one hard link. ``fsync``: flushed to disk before returning.
+
+    Raises:
+      UnsafeFileError: ``path`` is a symbolic link, a hard link, or not a regular file (named, with the fix).
+    """
+    path = Path(path)
+    fix = f"remove it (rm {path}) and run again: a new log starts there"
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    flags |= getattr(os, "O_NONBLOCK", 0)  # a FIFO planted there must not block the open
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError:
+        if path.is_symlink():
+            raise UnsafeFileError(f"{path} is a symbolic link (to {os.readlink(path)}): a log is never written "
+                                  f"through a link; {fix}") from None
+        if path.exists() and not path.is_file():
+            raise UnsafeFileError(f"{path} is not a regular file: a log is appended only to a plain file of its "
+                                  f"own; {fix}") from None
+        raise
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+            what = "not a regular file" if not stat.S_ISREG(info.st_mode) else f"a hard link ({info.st_nlink} names)"
+            raise UnsafeFileError(f"{path} is {what}: a log is appended only to a plain file of its own; {fix}")
+        os.set_blocking(fd, True)
+        data = text.encode("utf-8")
+        while data:
+            data = data[os.write(fd, data):]
+        if fsync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _renameat2(src: Path, dst: Path, flags: int) -> bool:
