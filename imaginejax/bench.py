@@ -67,7 +67,7 @@ from imaginejax.data.errors import DatasetError
 from imaginejax.data.collect import Policy, collect
 from imaginejax.data.types import Transitions
 from imaginejax.engine import EngineConfig, make_train
-from imaginejax.files import write_json, write_text
+from imaginejax.files import fields_of, read_json, write_json, write_text
 from imaginejax.lang import EMBED_DIM, encode_instructions
 from imaginejax.paths import absolute, cache_root
 from imaginejax.progress import IntervalProgress, MetricSinks, count, format_seconds
@@ -541,6 +541,8 @@ def algorithm_shapes(config: Config, name: str) -> tuple[NetConfig | None, dict[
 # ---------------------------------------------------------------------------------------------------
 WORKSPACE_FILE = "workspace.json"
 RANDOM_FILE = "random.json"
+WORKSPACE_FIX = "it records the workspace's configuration; restore it, or train into a new --out"
+RANDOM_FIX = "delete it: the next imaginejax train / bench in this workspace measures the random policy again"
 
 
 def random_policy_success(eval_levels: dict[str, tuple[Any, Any]], spec: Spec, episodes: Mapping[str, int],
@@ -589,17 +591,15 @@ def open_workspace(out: str | Path, config: Config) -> Path:
     record_path = out / WORKSPACE_FILE
     key = _results_key(config)
     if record_path.exists():
-        try:
-            old = json.loads(record_path.read_text())
-        except ValueError as error:
-            raise ConfigError(f"{record_path} is damaged ({error}): it records the workspace's configuration; "
-                              "restore it, or train into a new --out") from None
-        diff = _differences(old.get("key"), key)
+        old = read_json(record_path, WORKSPACE_FIX)
+        with fields_of(record_path, WORKSPACE_FIX):
+            diff = _differences(old["key"], key)
+            recorded_report = old["config"].get("report")
         if diff:
             raise ConfigError(f"{out} was created with another configuration ({'; '.join(diff)}): re-run with the "
                               "same preset and --set values to resume it, or choose a new --out")
         report_section = config.to_json()["report"]
-        if old["config"].get("report") != report_section and distributed.is_writer():
+        if recorded_report != report_section and distributed.is_writer():
             # The report settings change no result: the latest ones are what `imaginejax report` reuses.
             old["config"]["report"] = report_section
             write_json(record_path, old)
@@ -616,10 +616,11 @@ def check_data(out: Path, real: Sequence[TrajectoryDataset], imag: Sequence[Traj
       ConfigError: the workspace's sweeps were trained on other data.
     """
     record_path = out / WORKSPACE_FILE
-    record = json.loads(record_path.read_text())
+    record = read_json(record_path, WORKSPACE_FIX)
     now = {"real": fingerprint(real), "imaginary": fingerprint(imag)}
     if record.get("data"):
-        changed = [k for k in now if record["data"].get(k) != now[k]]
+        with fields_of(record_path, WORKSPACE_FIX):
+            changed = [k for k in now if record["data"].get(k) != now[k]]
         if changed:
             raise ConfigError(f"{out} was trained on other {' and '.join(changed)} data: pass the same datasets "
                               "to resume it, or choose a new --out")
@@ -802,17 +803,17 @@ def workspace_config(out: str | Path) -> tuple[Path, dict[str, Any]] | None:
     (:func:`_workspace_of`), or None.
 
     Raises:
-      ConfigError: the workspace's record is not readable JSON (the file is named).
+      DamagedFile: the workspace's record is not readable JSON or lacks its fields (the file is named).
     """
     workspace = _workspace_of(Path(out))
     if workspace is None:
         return None
     record = workspace / WORKSPACE_FILE
-    try:
-        return workspace, json.loads(record.read_text())["config"]
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise ConfigError(f"{record} is damaged ({type(error).__name__}: {error}): it records the workspace's "
-                          "configuration; restore it, or train into a new --out") from None
+    with fields_of(record, WORKSPACE_FIX):
+        config = read_json(record, WORKSPACE_FIX)["config"]
+        if not isinstance(config["data"]["env"], str) or not isinstance(config.get("report", {}), dict):
+            raise TypeError("config.data.env is not a string or config.report not a table")
+    return workspace, config
 
 
 def workspace_env(out: str | Path) -> tuple[Path, str] | None:
@@ -846,7 +847,8 @@ def report(results: Results, out: str | Path, config: Config, *, figures: bool |
         if found is not None:
             workspace, env = found
             if (workspace / RANDOM_FILE).exists():
-                floor = json.loads((workspace / RANDOM_FILE).read_text())["success"]
+                with fields_of(workspace / RANDOM_FILE, RANDOM_FIX):
+                    floor = {str(k): float(v) for k, v in read_json(workspace / RANDOM_FILE, RANDOM_FIX)["success"].items()}
         written = write_figures(results, figures_dir, statistic=r.statistic, reps=r.reps, seed=r.seed,
                                 last=r.last, env=env, floor=floor)
         log(f"figures: {', '.join(sorted(p.name for p in written.values()))} in {figures_dir}")

@@ -17,7 +17,9 @@ any exception removes the sibling. A hard crash (power loss, SIGKILL) can leave 
 Logs grow by appending instead: :func:`append_text` opens with ``O_NOFOLLOW`` and writes only to a regular
 file of one link, so a symbolic or hard link planted in a workspace cannot make a log write elsewhere.
 
-And :func:`file_sha256`, the digest by which manifests and provenance name a file's content.
+And :func:`file_sha256`, the digest by which manifests and provenance name a file's content;
+:func:`read_json` and :func:`fields_of`, by which a record this package wrote (``workspace.json``,
+``sweep.json``, ...) that was truncated or edited names itself and the way to recover.
 
 Standard library only: every layer may import it.
 """
@@ -113,6 +115,37 @@ def write_text(path: str | os.PathLike[str], text: str) -> Path:
 def write_json(path: str | os.PathLike[str], value: Any, indent: int | None = 1) -> Path:
     """``path`` holds ``json.dumps(value, indent=indent)`` and a newline (atomically)."""
     return write_text(path, json.dumps(value, indent=indent) + "\n")
+
+
+class DamagedFile(ValueError):
+    """A record this package wrote does not parse or lacks a field it writes (truncated, edited)."""
+
+
+def read_json(path: str | os.PathLike[str], fix: str) -> dict[str, Any]:
+    """The JSON object in ``path``.
+
+    Raises:
+      DamagedFile: ``path`` is not UTF-8 JSON or holds no object; the message names it and ``fix``.
+    """
+    try:
+        value = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as error:
+        raise DamagedFile(f"{path} is damaged ({type(error).__name__}: {error}): {fix}") from None
+    if not isinstance(value, dict):
+        raise DamagedFile(f"{path} is damaged (a JSON {type(value).__name__}, not an object): {fix}")
+    return value
+
+
+@contextlib.contextmanager
+def fields_of(path: str | os.PathLike[str], fix: str) -> Iterator[None]:
+    """Turns a missing field or a value of the wrong kind, met while reading ``path``'s record inside the
+    block (KeyError, TypeError, IndexError, AttributeError, ValueError), into :class:`DamagedFile` naming
+    ``path`` and ``fix``; keep the block to the reading of that record."""
+    try:
+        yield
+    except (KeyError, TypeError, IndexError, AttributeError, ValueError) as error:
+        raise DamagedFile(f"{path} is damaged ({type(error).__name__}: {error}): it lacks a field this package "
+                          f"writes; {fix}") from None
 
 
 class UnsafeFileError(ValueError):

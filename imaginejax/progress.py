@@ -33,7 +33,7 @@ from typing import Any, Callable, Literal, Mapping, TextIO
 
 from tqdm import tqdm
 
-from imaginejax.files import append_text
+from imaginejax.files import append_text, fields_of, read_json
 
 ProgressMode = Literal["auto", "bar", "lines", "off"]
 
@@ -213,20 +213,21 @@ _BOOKKEEPING = ("chunk", "interval", "step", "run", "seconds", "finite")
 def run_names(run_dir: str | os.PathLike[str]) -> dict[int, str]:
     """Run index -> ``<algo>/seed<s>/ratio<r>[/<data>][/<hp>]`` from the sweep's ``sweep.json`` (hp: the
     hyperparameters that vary within the sweep, ``name=value`` joined by commas); ``run<r>`` without it."""
-    import json
+    from imaginejax.results import RETRAIN
 
     path = Path(run_dir) / "sweep.json"
     if not path.exists():
         return {}
-    record = json.loads(path.read_text())
-    table, algo = record["runs"], record.get("algo", "run")
-    varying = sorted({k for row in table for k in row["hp"] if len({str(r["hp"].get(k)) for r in table}) > 1})
-    names = {}
-    for row in table:
-        parts = [algo, f"seed{row['seed']}", f"ratio{row['ratio']:g}"]
-        parts += [row["data"]] if row.get("data") else []
-        parts += [",".join(f"{k}={row['hp'][k]:g}" for k in varying if k in row["hp"])] if varying else []
-        names[int(row["run"])] = "/".join(parts)
+    record = read_json(path, RETRAIN)
+    with fields_of(path, RETRAIN):
+        table, algo = record["runs"], record.get("algo", "run")
+        varying = sorted({k for row in table for k in row["hp"] if len({str(r["hp"].get(k)) for r in table}) > 1})
+        names = {}
+        for row in table:
+            parts = [algo, f"seed{row['seed']}", f"ratio{row['ratio']:g}"]
+            parts += [row["data"]] if row.get("data") else []
+            parts += [",".join(f"{k}={row['hp'][k]:g}" for k in varying if k in row["hp"])] if varying else []
+            names[int(row["run"])] = "/".join(parts)
     return names
 
 
