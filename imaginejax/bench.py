@@ -44,6 +44,7 @@ logs and writes, and every process returns the same results.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import sys
@@ -52,12 +53,14 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from imaginejax import algos as algo_registry
 from imaginejax import distributed
 from imaginejax import envs
 from imaginejax.algos.base import Spec
+from imaginejax.algos.common import DataStats
 from imaginejax.algos.networks import NetConfig
 from imaginejax.checkpoint import Interrupted
 from imaginejax.config import Config, ConfigError, data_conditions, imagined_levels, level_episodes
@@ -73,7 +76,7 @@ from imaginejax.paths import absolute, cache_root
 from imaginejax.progress import IntervalProgress, MetricSinks, count, format_seconds
 from imaginejax.report import table
 from imaginejax.results import SOURCES_FILE, Results, TrainedRuns, from_sweep, save_task_success, task_names
-from imaginejax.sweep import Sweep, run_sweep
+from imaginejax.sweep import Sweep, check_host_memory, host_bytes_per_run, run_sweep
 
 Log = Callable[[str], None]
 
@@ -494,6 +497,8 @@ def algorithm_sweep(config: Config, name: str, spec: Spec, data: Sequence[str]) 
 
     Raises:
       ConfigError: an unknown option or hyperparameter, or a value of the wrong kind, named with the fix.
+      SweepMemoryError: the runs' final states, rows and results would not fit in the host's available
+        memory (checked by counting, before the table is built).
     """
     t = config.train
     settings = t.algo.get(name)
@@ -507,12 +512,27 @@ def algorithm_sweep(config: Config, name: str, spec: Spec, data: Sequence[str]) 
     if settings is not None:
         grid.update({k: [v] for k, v in settings.hp.items()})
         grid.update({k: list(v) for k, v in settings.sweep.items()})
+    runs = Sweep.grid_size(seeds=t.seeds, ratios=t.ratios, hp=grid, data=list(data))
+    state = _state_shape(name, spec, net, json.dumps(options, sort_keys=True))
+    levels = len(t.eval_levels or envs.ENV_LEVELS[config.data.env])
+    check_host_memory(runs, host_bytes_per_run(state, t.intervals, levels),
+                      f"{name} with train.seeds = {t.seeds} × {count(runs // t.seeds, 'configuration')}",
+                      f"lower train.seeds{' or train.algo.' + name + '.sweep' if grid else ''}, or train fewer data "
+                      "conditions per call (train.conditions, imagine.levels)")
     sweep = Sweep.grid(seeds=t.seeds, ratios=t.ratios, hp=grid, data=list(data))
     try:
         sweep.build(base_hp)
     except ValueError as error:
         raise ConfigError(f"train.algo.{name}: {error}") from None
     return algo, base_hp, sweep
+
+
+@functools.lru_cache(maxsize=64)
+def _state_shape(name: str, spec: Spec, net: NetConfig | None, options: str) -> Any:
+    """One run's state of algorithm ``name`` (options as JSON) as ``jax.ShapeDtypeStruct`` leaves (traced once)."""
+    algo = algo_registry.make(name, spec, net, **json.loads(options))
+    return jax.eval_shape(lambda key, stats, hp: algo.init(key, spec, stats, hp), jax.ShapeDtypeStruct((2,), jnp.uint32),
+                          DataStats.identity(spec.state_dim), algo.default_hp(spec))
 
 
 def check_algorithms(config: Config) -> None:

@@ -627,3 +627,17 @@ def test_damaged_workspace_files_name_themselves_and_the_fix(bench_run, tmp_path
         for command in commands:
             status, _, err = run(argv[command])
             assert status == 2 and f"error: {path} is damaged (" in err and fix in err, (name, damage, command, err)
+
+
+def test_a_sweep_too_large_for_the_host_is_refused_with_its_estimate_before_any_work(tmp_path, monkeypatch):
+    """train.seeds=1000000: refused by counting, naming train.seeds and the estimate, with nothing built,
+    collected or created (before: the plan, then minutes of building a million keys and tables)."""
+    from imaginejax import sweep
+
+    monkeypatch.setattr(sweep, "available_host_memory", lambda: 1 << 30)
+    data, ws = tmp_path / "data", tmp_path / "ws"
+    status, _, err = run(["train", "--out", str(ws), "--set", f"data.dir={json.dumps(str(data))}",
+                          "--set", 'train.algos=["bc"]', "--set", "train.seeds=1000000"])
+    assert status == 2 and "error: bc with train.seeds = 1000000 × " in err, err
+    assert "runs would hold ~" in err and "more than half of the 1,024.0 MiB available: lower train.seeds" in err
+    assert not data.exists() and not ws.exists()
