@@ -756,6 +756,9 @@ def train(config: Config, out: str | Path, *, real_paths: Sequence[str | Path] =
       log: message sink.
     """
     log = log if distributed.is_writer() else _quiet
+    # Across processes: the settings first, then the data, before any check that can fail on one process.
+    distributed.agree({**config.to_json(), "--out": str(out), "--real": [str(p) for p in real_paths],
+                       "--imaginary": [str(p) for p in imaginary_paths]})
     check_algorithms(config)
     out = distributed.writer_first(lambda: open_workspace(out, config))
     log(plan(config, out, imaginary_paths=imaginary_paths, real_given=bool(real_paths)))
@@ -766,6 +769,9 @@ def train(config: Config, out: str | Path, *, real_paths: Sequence[str | Path] =
     sources = distributed.writer_first(lambda: mixed_sources(config, real, out, imaginary_paths=imaginary_paths,
                                                              log=log))
     imag = [ds for datasets in sources.values() for ds in datasets]
+    if jax.process_count() > 1:
+        distributed.check_same({"real data": fingerprint(real),
+                                **{f"imaginary data {name}": fingerprint(ds) for name, ds in sources.items()}})
     distributed.writer_first(lambda: check_data(out, real, imag))
     eval_levels = evaluation_levels(config)
     spec = interface(real[0], eval_levels)
