@@ -294,18 +294,21 @@ def host_bytes_per_run(state: PyTree, num_intervals: int, num_levels: int) -> in
 
 
 def check_host_memory(num_runs: int, per_run: int, what: str, fix: str, available: int | None = None) -> None:
-    """Refuses ``num_runs`` runs of ``per_run`` host bytes (:func:`host_bytes_per_run`) when they exceed half
-    the host's available memory (``available``; None: :func:`available_host_memory`): the other half is for
-    training itself (on a CPU, :func:`default_memory_budget`).
+    """Refuses ``num_runs`` runs of ``per_run`` host bytes (:func:`host_bytes_per_run`) when they exceed the
+    host's available memory (``available``; None: :func:`available_host_memory`), or half of it on a CPU,
+    where training takes the other half (:func:`default_memory_budget`).
 
     Raises:
       SweepMemoryError: naming ``what`` (the runs, e.g. the setting that makes them), the estimate and ``fix``.
     """
     available = available_host_memory() if available is None else int(available)
-    if num_runs * per_run > available // 2:
+    cpu = jax.default_backend() == "cpu"
+    if num_runs * per_run > (available // 2 if cpu else available):
+        share = (f"more than half of the {_mib(available)} available (training takes the other half on a CPU)"
+                 if cpu else f"more than the {_mib(available)} available")
         raise SweepMemoryError(f"{what}: {num_runs:,} runs would hold ~{_mib(num_runs * per_run)} of host memory "
                                f"whatever the chunking ({per_run / 1024:,.1f} KiB per run: its final state, table row "
-                               f"and results), more than half of the {_mib(available)} available: {fix}")
+                               f"and results), {share}: {fix}")
 
 
 def plan_chunks(num_runs: int, estimate: MemoryEstimate, budget: int, num_devices: int) -> int:

@@ -639,5 +639,6 @@ def test_a_sweep_too_large_for_the_host_is_refused_with_its_estimate_before_any_
     status, _, err = run(["train", "--out", str(ws), "--set", f"data.dir={json.dumps(str(data))}",
                           "--set", 'train.algos=["bc"]', "--set", "train.seeds=1000000"])
     assert status == 2 and "error: bc with train.seeds = 1000000 × " in err, err
-    assert "runs would hold ~" in err and "more than half of the 1,024.0 MiB available: lower train.seeds" in err
+    assert "runs would hold ~" in err and ("more than half of the 1,024.0 MiB available (training takes the other half on a CPU): lower "
+                                         "train.seeds") in err
     assert not data.exists() and not ws.exists()

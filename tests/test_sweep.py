@@ -107,7 +107,8 @@ def test_host_memory_is_checked_by_counting_before_a_table_is_built(real, monkey
     assert per_run == sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(state)) + 1024 + 96 * 2
     sweep_lib.check_host_memory(10, per_run, "x", "y", available=20 * per_run)
     with pytest.raises(SweepMemoryError, match=r"^the runs: 11 runs would hold ~.* MiB of host memory whatever the "
-                                                r"chunking \(.* KiB per run.*more than half of the .* MiB available: fix"):
+                                                r"chunking \(.* KiB per run.*more than half of the .* MiB available \(training "
+                                                r"takes the other half on a CPU\): fix"):
         sweep_lib.check_host_memory(11, per_run, "the runs", "fix", available=20 * per_run)
     monkeypatch.setattr(sweep_lib, "available_host_memory", lambda: 10 * per_run)
     with pytest.raises(SweepMemoryError, match="the sweep: 6 runs"):
