@@ -44,6 +44,7 @@ logs and writes, and every process returns the same results.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import sys
@@ -52,12 +53,14 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from imaginejax import algos as algo_registry
 from imaginejax import distributed
 from imaginejax import envs
 from imaginejax.algos.base import Spec
+from imaginejax.algos.common import DataStats
 from imaginejax.algos.networks import NetConfig
 from imaginejax.checkpoint import Interrupted
 from imaginejax.config import Config, ConfigError, data_conditions, imagined_levels, level_episodes
@@ -67,13 +70,13 @@ from imaginejax.data.errors import DatasetError
 from imaginejax.data.collect import Policy, collect
 from imaginejax.data.types import Transitions
 from imaginejax.engine import EngineConfig, make_train
-from imaginejax.files import write_json, write_text
+from imaginejax.files import fields_of, read_json, write_json, write_text
 from imaginejax.lang import EMBED_DIM, encode_instructions
 from imaginejax.paths import absolute, cache_root
 from imaginejax.progress import IntervalProgress, MetricSinks, count, format_seconds
 from imaginejax.report import table
 from imaginejax.results import SOURCES_FILE, Results, TrainedRuns, from_sweep, save_task_success, task_names
-from imaginejax.sweep import Sweep, run_sweep
+from imaginejax.sweep import Sweep, check_host_memory, host_bytes_per_run, run_sweep
 
 Log = Callable[[str], None]
 
@@ -494,6 +497,8 @@ def algorithm_sweep(config: Config, name: str, spec: Spec, data: Sequence[str]) 
 
     Raises:
       ConfigError: an unknown option or hyperparameter, or a value of the wrong kind, named with the fix.
+      SweepMemoryError: the runs' final states, rows and results would not fit in the host's available
+        memory (checked by counting, before the table is built).
     """
     t = config.train
     settings = t.algo.get(name)
@@ -507,12 +512,27 @@ def algorithm_sweep(config: Config, name: str, spec: Spec, data: Sequence[str]) 
     if settings is not None:
         grid.update({k: [v] for k, v in settings.hp.items()})
         grid.update({k: list(v) for k, v in settings.sweep.items()})
+    runs = Sweep.grid_size(seeds=t.seeds, ratios=t.ratios, hp=grid, data=list(data))
+    state = _state_shape(name, spec, net, json.dumps(options, sort_keys=True))
+    levels = len(t.eval_levels or envs.ENV_LEVELS[config.data.env])
+    check_host_memory(runs, host_bytes_per_run(state, t.intervals, levels),
+                      f"{name} with train.seeds = {t.seeds} × {count(runs // t.seeds, 'configuration')}",
+                      f"lower train.seeds{' or train.algo.' + name + '.sweep' if grid else ''}, or train fewer data "
+                      "conditions per call (train.conditions, imagine.levels)")
     sweep = Sweep.grid(seeds=t.seeds, ratios=t.ratios, hp=grid, data=list(data))
     try:
         sweep.build(base_hp)
     except ValueError as error:
         raise ConfigError(f"train.algo.{name}: {error}") from None
     return algo, base_hp, sweep
+
+
+@functools.lru_cache(maxsize=64)
+def _state_shape(name: str, spec: Spec, net: NetConfig | None, options: str) -> Any:
+    """One run's state of algorithm ``name`` (options as JSON) as ``jax.ShapeDtypeStruct`` leaves (traced once)."""
+    algo = algo_registry.make(name, spec, net, **json.loads(options))
+    return jax.eval_shape(lambda key, stats, hp: algo.init(key, spec, stats, hp), jax.ShapeDtypeStruct((2,), jnp.uint32),
+                          DataStats.identity(spec.state_dim), algo.default_hp(spec))
 
 
 def check_algorithms(config: Config) -> None:
@@ -541,6 +561,8 @@ def algorithm_shapes(config: Config, name: str) -> tuple[NetConfig | None, dict[
 # ---------------------------------------------------------------------------------------------------
 WORKSPACE_FILE = "workspace.json"
 RANDOM_FILE = "random.json"
+WORKSPACE_FIX = "it records the workspace's configuration; restore it, or train into a new --out"
+RANDOM_FIX = "delete it: the next imaginejax train / bench in this workspace measures the random policy again"
 
 
 def random_policy_success(eval_levels: dict[str, tuple[Any, Any]], spec: Spec, episodes: Mapping[str, int],
@@ -589,17 +611,15 @@ def open_workspace(out: str | Path, config: Config) -> Path:
     record_path = out / WORKSPACE_FILE
     key = _results_key(config)
     if record_path.exists():
-        try:
-            old = json.loads(record_path.read_text())
-        except ValueError as error:
-            raise ConfigError(f"{record_path} is damaged ({error}): it records the workspace's configuration; "
-                              "restore it, or train into a new --out") from None
-        diff = _differences(old.get("key"), key)
+        old = read_json(record_path, WORKSPACE_FIX)
+        with fields_of(record_path, WORKSPACE_FIX):
+            diff = _differences(old["key"], key)
+            recorded_report = old["config"].get("report")
         if diff:
             raise ConfigError(f"{out} was created with another configuration ({'; '.join(diff)}): re-run with the "
                               "same preset and --set values to resume it, or choose a new --out")
         report_section = config.to_json()["report"]
-        if old["config"].get("report") != report_section and distributed.is_writer():
+        if recorded_report != report_section and distributed.is_writer():
             # The report settings change no result: the latest ones are what `imaginejax report` reuses.
             old["config"]["report"] = report_section
             write_json(record_path, old)
@@ -616,10 +636,11 @@ def check_data(out: Path, real: Sequence[TrajectoryDataset], imag: Sequence[Traj
       ConfigError: the workspace's sweeps were trained on other data.
     """
     record_path = out / WORKSPACE_FILE
-    record = json.loads(record_path.read_text())
+    record = read_json(record_path, WORKSPACE_FIX)
     now = {"real": fingerprint(real), "imaginary": fingerprint(imag)}
     if record.get("data"):
-        changed = [k for k in now if record["data"].get(k) != now[k]]
+        with fields_of(record_path, WORKSPACE_FIX):
+            changed = [k for k in now if record["data"].get(k) != now[k]]
         if changed:
             raise ConfigError(f"{out} was trained on other {' and '.join(changed)} data: pass the same datasets "
                               "to resume it, or choose a new --out")
@@ -735,6 +756,9 @@ def train(config: Config, out: str | Path, *, real_paths: Sequence[str | Path] =
       log: message sink.
     """
     log = log if distributed.is_writer() else _quiet
+    # Across processes: the settings first, then the data, before any check that can fail on one process.
+    distributed.agree({**config.to_json(), "--out": str(out), "--real": [str(p) for p in real_paths],
+                       "--imaginary": [str(p) for p in imaginary_paths]})
     check_algorithms(config)
     out = distributed.writer_first(lambda: open_workspace(out, config))
     log(plan(config, out, imaginary_paths=imaginary_paths, real_given=bool(real_paths)))
@@ -745,6 +769,9 @@ def train(config: Config, out: str | Path, *, real_paths: Sequence[str | Path] =
     sources = distributed.writer_first(lambda: mixed_sources(config, real, out, imaginary_paths=imaginary_paths,
                                                              log=log))
     imag = [ds for datasets in sources.values() for ds in datasets]
+    if jax.process_count() > 1:
+        distributed.check_same({"real data": fingerprint(real),
+                                **{f"imaginary data {name}": fingerprint(ds) for name, ds in sources.items()}})
     distributed.writer_first(lambda: check_data(out, real, imag))
     eval_levels = evaluation_levels(config)
     spec = interface(real[0], eval_levels)
@@ -802,17 +829,17 @@ def workspace_config(out: str | Path) -> tuple[Path, dict[str, Any]] | None:
     (:func:`_workspace_of`), or None.
 
     Raises:
-      ConfigError: the workspace's record is not readable JSON (the file is named).
+      DamagedFile: the workspace's record is not readable JSON or lacks its fields (the file is named).
     """
     workspace = _workspace_of(Path(out))
     if workspace is None:
         return None
     record = workspace / WORKSPACE_FILE
-    try:
-        return workspace, json.loads(record.read_text())["config"]
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise ConfigError(f"{record} is damaged ({type(error).__name__}: {error}): it records the workspace's "
-                          "configuration; restore it, or train into a new --out") from None
+    with fields_of(record, WORKSPACE_FIX):
+        config = read_json(record, WORKSPACE_FIX)["config"]
+        if not isinstance(config["data"]["env"], str) or not isinstance(config.get("report", {}), dict):
+            raise TypeError("config.data.env is not a string or config.report not a table")
+    return workspace, config
 
 
 def workspace_env(out: str | Path) -> tuple[Path, str] | None:
@@ -846,7 +873,8 @@ def report(results: Results, out: str | Path, config: Config, *, figures: bool |
         if found is not None:
             workspace, env = found
             if (workspace / RANDOM_FILE).exists():
-                floor = json.loads((workspace / RANDOM_FILE).read_text())["success"]
+                with fields_of(workspace / RANDOM_FILE, RANDOM_FIX):
+                    floor = {str(k): float(v) for k, v in read_json(workspace / RANDOM_FILE, RANDOM_FIX)["success"].items()}
         written = write_figures(results, figures_dir, statistic=r.statistic, reps=r.reps, seed=r.seed,
                                 last=r.last, env=env, floor=floor)
         log(f"figures: {', '.join(sorted(p.name for p in written.values()))} in {figures_dir}")

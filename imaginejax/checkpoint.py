@@ -34,6 +34,9 @@ Guarantees:
   one, which the message names). A checkpoint that passes these checks but cannot be read here (another
   format version, an orbax that cannot decode it) is intact: the message says to keep it, never to
   delete it; the manifest's ``written_by`` names the orbax-checkpoint and jax versions that wrote it.
+  The seal and the per-file SHA-256 are unkeyed digests: they detect damage (a torn write, a flipped
+  bit, an edit that did not recompute them), not tampering — whoever can edit a checkpoint can
+  recompute them, so a checkpoint is as trustworthy as the place it came from.
 * **Exact.** NumPy arrays are stored and restored as NumPy arrays by orbax (bitwise: float32/64,
   int32/64, uint32 PRNG key data, bool). Zero-size arrays, which orbax refuses to store, are kept in
   the manifest only (their shape and dtype are their whole content).

@@ -447,6 +447,7 @@ def _guarded(command: str, run: Callable[[], int], *, multiprocess: bool = False
         # (e.g. resuming an imaginer run with another preset): all name the problem and the fix.
         print(f"imaginejax {command}: error: {error}", file=sys.stderr, flush=True)
         if joined:
+            _tell_the_others(error)
             os._exit(2)
         return 2
     except KeyboardInterrupt as interrupt:
@@ -463,7 +464,21 @@ def _guarded(command: str, run: Callable[[], int], *, multiprocess: bool = False
 
         traceback.print_exc()
         sys.stderr.flush()
+        _tell_the_others(sys.exc_info()[1])
         os._exit(1)
+
+
+def _tell_the_others(error: BaseException | None) -> None:
+    """A process that fails before the settings are compared (:func:`imaginejax.distributed.agree`, e.g. on
+    its own --set) takes part in that comparison with its error, so every other process stops naming it
+    instead of dying in a collective it never joins."""
+    from imaginejax import distributed
+
+    if not distributed.agreed():
+        try:
+            distributed.agree({}, error)
+        except distributed.DistributedError:
+            pass
 
 
 if __name__ == "__main__":

@@ -15,7 +15,9 @@ Where values come from, later ones winning:
    values are TOML (``[0, 0.5]``, ``true``, ``"babyai"``), and a bare word is taken as a string.
 
 Every field is type-checked when loaded; a wrong name, type or value raises :class:`ConfigError` naming the
-field (``train.updates``) and saying how to fix it. ``describe()`` renders every field with its type,
+field (``train.updates``) and saying how to fix it. Numbers are checked before anything is compiled: every
+float finite (NaN or inf nowhere, free tables included), learning rates > 0, ``train.updates`` and the
+seeds within the 32-bit integers JAX computes with by default (:data:`INT32_MAX`). ``describe()`` renders every field with its type,
 default and meaning (the ``--help`` of ``train`` and ``bench``).
 """
 
@@ -23,6 +25,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import re
 import tomllib
 import typing
 from pathlib import Path
@@ -45,6 +49,26 @@ PRESET_DIR = _preset_dir()
 
 class ConfigError(ValueError):
     """A configuration value is missing, misspelt, of the wrong type or out of range."""
+
+
+# The algorithms count updates in int32 and JAX makes keys from 32-bit seeds (64-bit integers need
+# jax_enable_x64): larger values would overflow the counters or give the key of a smaller seed.
+INT32_MAX = 2**31 - 1
+LEARNING_RATE = re.compile(r"(^|_)(learning_rate|lr)$")  # learning_rate, actor_lr, alpha_prime_lr, ...
+
+
+def _finite(value: Any, where: str) -> None:
+    """Raises ConfigError naming ``where`` when ``value`` is or holds (in lists, tables) a NaN or infinite float."""
+    if isinstance(value, float) and not math.isfinite(value):
+        field = re.sub(r"\[\d+\].*", "", where)  # a list's element: the list is what --set replaces
+        raise ConfigError(f"config field {where}: {value} is not a finite number; give a finite value (--set "
+                          f"{field}={'<number>' if field == where else '[<numbers>]'})")
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            _finite(v, f"{where}.{k}")
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            _finite(v, f"{where}[{i}]")
 
 
 def _field(default: Any, doc: str) -> Any:
@@ -209,6 +233,7 @@ def _convert(value: Any, tp: Any, where: str) -> Any:
                               f"({type(value).__name__}); fix the value in the preset or pass "
                               f"--set {where}=<{_type_name(tp)}>")
     if tp is Any:
+        _finite(value, where)
         return value
     if tp is bool:
         if not isinstance(value, bool):
@@ -221,6 +246,7 @@ def _convert(value: Any, tp: Any, where: str) -> Any:
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise bad()
+        _finite(float(value), where)
         return float(value)
     if tp is str:
         if not isinstance(value, str):
@@ -418,6 +444,14 @@ def validate(config: Config) -> None:
         raise ConfigError(f"data.rl_episodes must be in [0, data.episodes = {data.episodes}], got {data.rl_episodes}")
     if not 0.0 <= data.epsilon <= 1.0:
         raise ConfigError(f"data.epsilon must be in [0, 1], got {data.epsilon}")
+    if train.updates > INT32_MAX:
+        raise ConfigError(f"train.updates = {train.updates:,} is above {INT32_MAX:,} (2**31 - 1), the most the "
+                          "algorithms' int32 update counters hold (JAX computes in 32-bit integers by default): "
+                          f"lower it, e.g. --set train.updates={INT32_MAX // train.intervals * train.intervals}")
+    for name, value in {"data.seed": data.seed, "imagine.seed": imagine.seed, "report.seed": config.report.seed}.items():
+        if not 0 <= value <= INT32_MAX:
+            raise ConfigError(f"{name} must be in [0, {INT32_MAX}] (JAX makes keys from 32-bit seeds: a larger or "
+                              f"negative one gives the key of another seed), got {value}")
     if train.updates % train.intervals:
         raise ConfigError(f"train.updates ({train.updates}) must be a multiple of train.intervals "
                           f"({train.intervals}): e.g. --set train.updates={train.updates // train.intervals * train.intervals or train.intervals}")
@@ -471,6 +505,12 @@ def validate(config: Config) -> None:
         for hp, values in settings.sweep.items():
             if not values:
                 raise ConfigError(f"train.algo.{name}.sweep.{hp} is empty: give at least one value")
+        values = [("hp", k, v) for k, v in settings.hp.items()]
+        values += [("sweep", k, v) for k, vs in settings.sweep.items() for v in vs]
+        for table, key, value in values:
+            if LEARNING_RATE.search(key) and value <= 0:
+                raise ConfigError(f"train.algo.{name}.{table}.{key} = {value:g}: a learning rate must be > 0 (at 0 "
+                                  "nothing trains, below 0 training ascends the loss); e.g. 1e-3")
     if imagine.source == "imaginer":
         from imaginejax.imaginer.finetune import PRESETS, Preset
 
@@ -478,10 +518,12 @@ def validate(config: Config) -> None:
             raise ConfigError(f"imagine.preset: unknown imaginer preset {imagine.preset!r}; valid: "
                               f"{', '.join(PRESETS)}, shipped (the package's trained imaginer)")
         fields = {f.name for f in dataclasses.fields(Preset)}
-        for key in imagine.finetune:
+        for key, value in imagine.finetune.items():
             if key not in fields or key == "name":
                 raise ConfigError(f"imagine.finetune.{key} is not a field of the imaginer preset; valid: "
                                   f"{', '.join(sorted(fields - {'name'}))}")
+            if LEARNING_RATE.search(key) and isinstance(value, (int, float)) and value <= 0:
+                raise ConfigError(f"imagine.finetune.{key} = {value:g}: a learning rate must be > 0; e.g. 1e-4")
 
 
 def imagined_levels(config: Config) -> tuple[str, ...]:

@@ -22,15 +22,15 @@ run reuses the data and the finished sweep.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 
 import jax
 
-from imaginejax.bench import RANDOM_FILE, eval_episodes, evaluation_levels, report, train
+from imaginejax.bench import RANDOM_FILE, RANDOM_FIX, eval_episodes, evaluation_levels, report, train
 from imaginejax.config import load_config
+from imaginejax.files import fields_of, read_json
 from imaginejax.data import LEVELS
 from imaginejax.paths import absolute, cache_root
 from imaginejax.report import table
@@ -74,7 +74,8 @@ def main(argv: list[str] | None = None) -> str:
     total = time.perf_counter() - start
 
     eval_levels = evaluation_levels(config)
-    floor = json.loads((outcome.workspace / RANDOM_FILE).read_text())["success"]
+    with fields_of(outcome.workspace / RANDOM_FILE, RANDOM_FIX):
+        floor = dict(read_json(outcome.workspace / RANDOM_FILE, RANDOM_FIX)["success"])
     r = config.report
     protocol = table(outcome.results, r.statistic, r.reps, r.seed, r.last, plain=False)
     print(f"\n{', '.join(config.train.algos).upper()} success rate (%) on {config.data.env}, "

@@ -11,11 +11,15 @@ process gets the same results back. What this module adds to JAX's runtime:
   lost) makes every other one stop after ``IMAGINEJAX_HEARTBEAT_SECONDS`` (JAX's coordination service
   terminates them, naming the task that stopped answering) instead of waiting forever in a collective.
   Heartbeats come from a runtime thread, so a process that is alive but stuck is not detected.
+* :func:`agree` is the first exchange of a command: every process sends its settings (configuration,
+  paths) or the error that stopped it before, and every process refuses, naming each key that differs and
+  its value on every process, or the process that failed and its message — before any check that could
+  fail on one process only (a workspace made with other settings, a dataset not on shared storage).
 * :func:`check_same` compares digests of named inputs across processes before anything is compiled; a
   mismatch raises :class:`DistributedError` on every process, naming the inputs and processes that differ.
 * :func:`is_writer` (process 0) decides who writes logs, metrics, results and figures;
   :func:`writer_first` runs a step that fills a cache on the writer first, then on the others (who then
-  read it), and re-raises the writer's error on every process.
+  read it); an error on any process is raised on every process (:func:`raise_together`).
 * :func:`gather` brings arrays laid across processes back as the same host arrays on every process.
 
 Files are written by the writer only, so the workspace must be on storage every process sees (NFS,
@@ -26,6 +30,7 @@ part and the primary host (process 0) write and finalize.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from typing import Any, Callable, Mapping, TypeVar
 
@@ -36,6 +41,7 @@ PyTree = Any
 T = TypeVar("T")
 HEARTBEAT_SECONDS = 100  # JAX's default: how long a silent process is waited for before the job stops
 _MESSAGE_BYTES = 4096  # a broadcast error message is cut to this length
+_agreed = False  # whether this process has taken part in agree()
 
 
 class DistributedError(ValueError):
@@ -159,10 +165,83 @@ def broadcast_text(text: str) -> str:
     return bytes(out[out != 0].tolist()).decode(errors="replace")
 
 
+def gather_text(text: str) -> list[str]:
+    """Every process's ``text``, in process order, on every process (every process must call it)."""
+    if jax.process_count() == 1:
+        return [text]
+    from jax.experimental import multihost_utils
+
+    raw = np.frombuffer(text.encode(), np.uint8)
+    lengths = np.asarray(multihost_utils.process_allgather(np.asarray([raw.size], np.int32))).ravel()
+    buffer = np.zeros(max(int(lengths.max()), 1), np.uint8)
+    buffer[:raw.size] = raw
+    gathered = np.asarray(multihost_utils.process_allgather(buffer))
+    return [bytes(row[:n].tolist()).decode(errors="replace") for row, n in zip(gathered, lengths.tolist())]
+
+
+def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """Nested tables -> {dotted key: value} (lists and other values are leaves)."""
+    if isinstance(tree, Mapping) and tree:
+        return {k: v for key, value in tree.items() for k, v in _flat(value, f"{prefix}{key}.").items()}
+    return {prefix.rstrip("."): tree}
+
+
+def agree(settings: Mapping[str, Any], error: BaseException | None = None) -> None:
+    """The first exchange of a command across processes: every process sends its ``settings`` (nested
+    JSON-ready tables, e.g. the configuration and the paths it was given) or the ``error`` that stopped it
+    before; a no-op in a single process.
+
+    Raises:
+      DistributedError: on every process, when a process sent an error (naming the process and its
+        message) or some setting differs from process 0's (naming each key and its value on every process).
+    """
+    global _agreed
+    if jax.process_count() == 1:
+        return
+    _agreed = True
+    mine = {"error": "" if error is None else f"{type(error).__name__}: {error}", "settings": settings}
+    sent = [json.loads(text) for text in gather_text(json.dumps(mine, sort_keys=True, default=str))]
+    failed = [f"process {p}: {record['error']}" for p, record in enumerate(sent) if record["error"]]
+    if failed:
+        raise DistributedError(f"a process of this job stopped before it started: {'; '.join(failed)}")
+    flat = [_flat(record["settings"]) for record in sent]
+    differ = []
+    for key in sorted(set().union(*flat)):
+        values = [json.dumps(f.get(key)) for f in flat]
+        if len(set(values)) > 1:
+            differ.append(f"{key} is " + ", ".join(f"{v} on process {p}" for p, v in enumerate(values)))
+    if differ:
+        raise DistributedError("the processes of this job were started with different settings: " + "; ".join(differ)
+                               + ". Every process must run the same command (the same preset, --config, --set "
+                               "values and paths)")
+
+
+def agreed() -> bool:
+    """True once this process has taken part in :func:`agree` (an error before it must still be sent there)."""
+    return _agreed
+
+
+def raise_together(error: BaseException | None) -> None:
+    """Gathers every process's ``error`` (None: this process succeeded) and raises on every process: its own
+    error if it has one, else :class:`DistributedError` naming the processes that failed and their messages
+    (every process must call it; a single process re-raises its own error)."""
+    if jax.process_count() == 1:
+        if error is not None:
+            raise error
+        return
+    texts = gather_text("" if error is None else f"{type(error).__name__}: {error}")
+    if error is not None:
+        raise error
+    failed = [f"process {p} failed: {text}" for p, text in enumerate(texts) if text]
+    if failed:
+        raise DistributedError("; ".join(failed))
+
+
 def writer_first(step: Callable[[], T]) -> T:
     """``step()`` on the writer, then on every other process: the writer fills a cache or workspace file,
-    the others find and read it. An exception on the writer is raised on every process (the others as
-    :class:`DistributedError` with its message) instead of leaving them waiting for it."""
+    the others find and read it. An exception on the writer, or then on any other process, is raised on
+    every process (the others as :class:`DistributedError` with its message) instead of leaving them
+    waiting for it."""
     if jax.process_count() == 1:
         return step()
     error: BaseException | None = None
@@ -177,7 +256,13 @@ def writer_first(step: Callable[[], T]) -> T:
         raise error
     if message:
         raise DistributedError(f"process 0 failed: {message}")
-    return result if is_writer() else step()
+    if not is_writer():
+        try:
+            result = step()
+        except Exception as err:
+            error = err
+    raise_together(error)
+    return result
 
 
 def gather(tree: PyTree) -> PyTree:

@@ -360,6 +360,11 @@ class Trainer:
         return self._functions(None)[1](run, hp, ratio, jnp.asarray(imag_rows, jnp.int32), real, imag,
                                         self.eval_params)
 
+    def state_shape(self, hp: PyTree, real: Transitions) -> RunState:
+        """One run's :class:`RunState` as ``jax.ShapeDtypeStruct`` leaves (``hp`` of one run; nothing computed)."""
+        return jax.eval_shape(self._init_one, jax.ShapeDtypeStruct((2,), jnp.uint32), hp,
+                              jax.eval_shape(DataStats.from_transitions, real))
+
     def memory_estimate(self, hp: PyTree, real: Transitions, imag: Transitions | None = None) -> MemoryEstimate:
         """Estimates device memory from shapes alone (``jax.eval_shape``, nothing is compiled).
 
@@ -379,7 +384,7 @@ class Trainer:
         key = jax.ShapeDtypeStruct((2,), jnp.uint32)
         ratio = jax.ShapeDtypeStruct((), jnp.float32)
         rows = jax.ShapeDtypeStruct((2,), jnp.int32)
-        state = jax.eval_shape(self._init_one, key, hp, jax.eval_shape(DataStats.from_transitions, real))
+        state = self.state_shape(hp, real)
         outputs = jax.eval_shape(self._interval_one, state, hp, ratio, rows, real, imag, self.eval_params)[1:]
         batch = jax.eval_shape(lambda k, r: sample_mixed(k, real, imag, self.config.batch_size, r), key, ratio)
         evaluation = 0

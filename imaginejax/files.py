@@ -14,7 +14,12 @@ any exception removes the sibling. A hard crash (power loss, SIGKILL) can leave 
   one), so readers see the old directory or the new one; without ``renameat2`` the old directory is
   renamed aside, the new one renamed in, the old one deleted (restored if the second rename fails).
 
-And :func:`file_sha256`, the digest by which manifests and provenance name a file's content.
+Logs grow by appending instead: :func:`append_text` opens with ``O_NOFOLLOW`` and writes only to a regular
+file of one link, so a symbolic or hard link planted in a workspace cannot make a log write elsewhere.
+
+And :func:`file_sha256`, the digest by which manifests and provenance name a file's content;
+:func:`read_json` and :func:`fields_of`, by which a record this package wrote (``workspace.json``,
+``sweep.json``, ...) that was truncated or edited names itself and the way to recover.
 
 Standard library only: every layer may import it.
 """
@@ -28,6 +33,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import sys
 import uuid
 from pathlib import Path
@@ -109,6 +115,78 @@ def write_text(path: str | os.PathLike[str], text: str) -> Path:
 def write_json(path: str | os.PathLike[str], value: Any, indent: int | None = 1) -> Path:
     """``path`` holds ``json.dumps(value, indent=indent)`` and a newline (atomically)."""
     return write_text(path, json.dumps(value, indent=indent) + "\n")
+
+
+class DamagedFile(ValueError):
+    """A record this package wrote does not parse or lacks a field it writes (truncated, edited)."""
+
+
+def read_json(path: str | os.PathLike[str], fix: str) -> dict[str, Any]:
+    """The JSON object in ``path``.
+
+    Raises:
+      DamagedFile: ``path`` is not UTF-8 JSON or holds no object; the message names it and ``fix``.
+    """
+    try:
+        value = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as error:
+        raise DamagedFile(f"{path} is damaged ({type(error).__name__}: {error}): {fix}") from None
+    if not isinstance(value, dict):
+        raise DamagedFile(f"{path} is damaged (a JSON {type(value).__name__}, not an object): {fix}")
+    return value
+
+
+@contextlib.contextmanager
+def fields_of(path: str | os.PathLike[str], fix: str) -> Iterator[None]:
+    """Turns a missing field or a value of the wrong kind, met while reading ``path``'s record inside the
+    block (KeyError, TypeError, IndexError, AttributeError, ValueError), into :class:`DamagedFile` naming
+    ``path`` and ``fix``; keep the block to the reading of that record."""
+    try:
+        yield
+    except (KeyError, TypeError, IndexError, AttributeError, ValueError) as error:
+        raise DamagedFile(f"{path} is damaged ({type(error).__name__}: {error}): it lacks a field this package "
+                          f"writes; {fix}") from None
+
+
+class UnsafeFileError(ValueError):
+    """A path this package appends to is not a plain file of its own (a link, a device, a directory)."""
+
+
+def append_text(path: str | os.PathLike[str], text: str, *, fsync: bool = False) -> None:
+    """Appends ``text`` (UTF-8) to ``path``, created if missing (mode 0644 before the umask), never through a
+    link: the last component must not be a symbolic link (``O_NOFOLLOW``) and the file must be a regular
+    file with one hard link. ``fsync``: flushed to disk before returning.
+
+    Raises:
+      UnsafeFileError: ``path`` is a symbolic link, a hard link, or not a regular file (named, with the fix).
+    """
+    path = Path(path)
+    fix = f"remove it (rm {path}) and run again: a new log starts there"
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    flags |= getattr(os, "O_NONBLOCK", 0)  # a FIFO planted there must not block the open
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError:
+        if path.is_symlink():
+            raise UnsafeFileError(f"{path} is a symbolic link (to {os.readlink(path)}): a log is never written "
+                                  f"through a link; {fix}") from None
+        if path.exists() and not path.is_file():
+            raise UnsafeFileError(f"{path} is not a regular file: a log is appended only to a plain file of its "
+                                  f"own; {fix}") from None
+        raise
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+            what = "not a regular file" if not stat.S_ISREG(info.st_mode) else f"a hard link ({info.st_nlink} names)"
+            raise UnsafeFileError(f"{path} is {what}: a log is appended only to a plain file of its own; {fix}")
+        os.set_blocking(fd, True)
+        data = text.encode("utf-8")
+        while data:
+            data = data[os.write(fd, data):]
+        if fsync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _renameat2(src: Path, dst: Path, flags: int) -> bool:

@@ -620,22 +620,25 @@ def trained_from_disk(sweep_dir: Path, algo: str, run: int) -> "TrainedRuns":
       PolicyError: the sweep is not in a workspace, has no checkpoint of the run, or is not finished.
     """
     from imaginejax import envs
-    from imaginejax.bench import WORKSPACE_FILE, algorithm_shapes
+    from imaginejax.bench import WORKSPACE_FILE, WORKSPACE_FIX, algorithm_shapes
     from imaginejax.checkpoint import list_checkpoints, load_checkpoint
     from imaginejax.config import Config, from_dict
     from imaginejax.lang import EMBED_DIM
-    from imaginejax.results import SWEEP_FILE, TrainedRuns
+    from imaginejax.files import fields_of, read_json
+    from imaginejax.results import RETRAIN, SWEEP_FILE, TrainedRuns
 
     workspace = sweep_dir.parent.parent
     if not (workspace / WORKSPACE_FILE).is_file():
         raise PolicyError(f"{sweep_dir} is not in a workspace ({workspace / WORKSPACE_FILE} is missing): its network and "
                           "options are recorded there; export from the workspace imaginejax train / bench wrote")
-    config = from_dict(Config, json.loads((workspace / WORKSPACE_FILE).read_text())["config"])
+    with fields_of(workspace / WORKSPACE_FILE, WORKSPACE_FIX):
+        config = from_dict(Config, read_json(workspace / WORKSPACE_FILE, WORKSPACE_FIX)["config"])
     net, options = algorithm_shapes(config, algo)
     env, _ = envs.make(config.data.env, "train")
     spec = Spec(state_dim=int(env.state_dim), embed_dim=EMBED_DIM if config.data.embed else 0,
                 discrete=bool(env.discrete), action_dim=int(env.num_actions if env.discrete else env.action_dim))
-    intervals = int(json.loads((sweep_dir / SWEEP_FILE).read_text())["engine"]["num_intervals"])
+    with fields_of(sweep_dir / SWEEP_FILE, RETRAIN):
+        intervals = int(read_json(sweep_dir / SWEEP_FILE, RETRAIN)["engine"]["num_intervals"])
     for chunk in sorted((sweep_dir / "checkpoints").glob("chunk-*")):
         found = list_checkpoints(chunk)
         if not found:

@@ -14,7 +14,7 @@ says so before it starts, and rates and the ETA are measured on the later interv
 (ETA = mean seconds per run-interval over them × run-intervals left). Modes: ``bar`` is a tqdm bar; ``lines`` prints one line per interval
 (for logs: no carriage returns); ``off`` prints nothing; ``auto`` is ``bar`` on a terminal, else ``lines``.
 Other engine lines (resume, non-finite runs) are printed as they come, and every line is also appended
-to ``log_file`` when one is given.
+to ``log_file`` when one is given (never through a link: :func:`imaginejax.files.append_text`).
 
 :class:`MetricSinks` mirrors a run directory's ``metrics.jsonl`` (:mod:`imaginejax.runlog`) into
 TensorBoard event files (``tensorboardX``; one TensorBoard run per sweep run, named
@@ -32,6 +32,8 @@ from pathlib import Path
 from typing import Any, Callable, Literal, Mapping, TextIO
 
 from tqdm import tqdm
+
+from imaginejax.files import append_text, fields_of, read_json
 
 ProgressMode = Literal["auto", "bar", "lines", "off"]
 
@@ -99,8 +101,7 @@ class IntervalProgress:
 
     def _record(self, line: str) -> None:
         if self.log_file is not None:
-            with open(self.log_file, "a", encoding="utf-8") as f:
-                f.write(line + "\n")
+            append_text(self.log_file, line + "\n")
 
     def compiling(self) -> None:
         """Says, before the first interval, that it compiles (silent for a minute or more on a CPU)."""
@@ -212,20 +213,21 @@ _BOOKKEEPING = ("chunk", "interval", "step", "run", "seconds", "finite")
 def run_names(run_dir: str | os.PathLike[str]) -> dict[int, str]:
     """Run index -> ``<algo>/seed<s>/ratio<r>[/<data>][/<hp>]`` from the sweep's ``sweep.json`` (hp: the
     hyperparameters that vary within the sweep, ``name=value`` joined by commas); ``run<r>`` without it."""
-    import json
+    from imaginejax.results import RETRAIN
 
     path = Path(run_dir) / "sweep.json"
     if not path.exists():
         return {}
-    record = json.loads(path.read_text())
-    table, algo = record["runs"], record.get("algo", "run")
-    varying = sorted({k for row in table for k in row["hp"] if len({str(r["hp"].get(k)) for r in table}) > 1})
-    names = {}
-    for row in table:
-        parts = [algo, f"seed{row['seed']}", f"ratio{row['ratio']:g}"]
-        parts += [row["data"]] if row.get("data") else []
-        parts += [",".join(f"{k}={row['hp'][k]:g}" for k in varying if k in row["hp"])] if varying else []
-        names[int(row["run"])] = "/".join(parts)
+    record = read_json(path, RETRAIN)
+    with fields_of(path, RETRAIN):
+        table, algo = record["runs"], record.get("algo", "run")
+        varying = sorted({k for row in table for k in row["hp"] if len({str(r["hp"].get(k)) for r in table}) > 1})
+        names = {}
+        for row in table:
+            parts = [algo, f"seed{row['seed']}", f"ratio{row['ratio']:g}"]
+            parts += [row["data"]] if row.get("data") else []
+            parts += [",".join(f"{k}={row['hp'][k]:g}" for k in varying if k in row["hp"])] if varying else []
+            names[int(row["run"])] = "/".join(parts)
     return names
 
 

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
-from imaginejax.files import write_json
+from imaginejax.files import fields_of, read_json, write_json
 from imaginejax.runlog import MetricsLog
 
 if TYPE_CHECKING:
@@ -42,6 +42,9 @@ if TYPE_CHECKING:
 SWEEP_FILE = "sweep.json"
 TASK_SUCCESS_FILE = "task_success.json"
 SOURCES_FILE = "sources.json"
+# How to recover each record when it is damaged: training rewrites all three.
+RETRAIN = ("re-run the imaginejax train / bench command that trained it: it rewrites this file and resumes from "
+           "the checkpoints")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -337,8 +340,11 @@ def _number(value: Any) -> float:
 
 
 def _load_one(sweep_dir: Path) -> Results:
-    record = json.loads((sweep_dir / SWEEP_FILE).read_text())
-    table = record.pop("runs")
+    record = read_json(sweep_dir / SWEEP_FILE, RETRAIN)
+    with fields_of(sweep_dir / SWEEP_FILE, RETRAIN):
+        table = [dict(run=int(row["run"]), config=int(row["config"]), seed=int(row["seed"]), ratio=float(row["ratio"]),
+                      hp={str(k): float(v) for k, v in row["hp"].items()}, data=str(row.get("data", "")))
+                 for row in record.pop("runs")]
     algo = sweep_dir.name if sweep_dir.parent.name == "runs" else str(record.get("algo", sweep_dir.name))
     records = MetricsLog(sweep_dir).records()
     if not records:
@@ -352,24 +358,22 @@ def _load_one(sweep_dir: Path) -> Results:
         raise ValueError(f"{sweep_dir}: some runs have no metrics yet; wait for the first interval of every chunk")
     intervals = range(1, common + 1)
     task_file = sweep_dir / TASK_SUCCESS_FILE
-    saved = json.loads(task_file.read_text()) if task_file.is_file() else {"runs": [], "levels": {}}
-    row_of = {run: i for i, run in enumerate(saved["runs"])}
+    saved = read_json(task_file, RETRAIN) if task_file.is_file() else {"runs": [], "levels": {}}
+    with fields_of(task_file, RETRAIN):
+        row_of = {int(run): i for i, run in enumerate(saved["runs"])}
+        tasks = {str(lv): tuple(map(str, v["tasks"])) for lv, v in saved["levels"].items()}
+        per_task = {lv: [tuple(map(float, v["success"][i])) for i in row_of.values()] for lv, v in saved["levels"].items()}
     runs = []
     for row in table:
         mine = [by_run[row["run"]][i] for i in intervals]
         i = row_of.get(row["run"])
         runs.append(Run(
-            algo=algo, run=int(row["run"]), config=int(row["config"]), seed=int(row["seed"]),
-            ratio=float(row["ratio"]), hp={k: float(v) for k, v in row["hp"].items()}, data=row.get("data", ""),
-            steps=tuple(int(m["step"]) for m in mine),
+            algo=algo, **row, steps=tuple(int(m["step"]) for m in mine),
             success={lv: tuple(_number(m[f"success/{lv}"]) for m in mine) for lv in levels},
             returns={lv: tuple(_number(m[f"return/{lv}"]) for m in mine) for lv in levels},
-            task_success={} if i is None else {lv: tuple(map(float, v["success"][i]))
-                                               for lv, v in saved["levels"].items()},
+            task_success={} if i is None else {lv: v[i] for lv, v in per_task.items()},
             finite=bool(mine[-1]["finite"])))
-    return Results(runs=tuple(runs), levels=levels,
-                   tasks={lv: tuple(v["tasks"]) for lv, v in saved["levels"].items()}, sweeps={algo: record},
-                   trained={algo: sweep_dir})
+    return Results(runs=tuple(runs), levels=levels, tasks=tasks, sweeps={algo: record}, trained={algo: sweep_dir})
 
 
 def load_sweep(path: str | os.PathLike[str]) -> Results:
@@ -384,5 +388,5 @@ def load_sweep(path: str | os.PathLike[str]) -> Results:
         results = results.merge(_load_one(sweep_dir))
     sources = Path(path) / SOURCES_FILE
     if sources.is_file():
-        results = dataclasses.replace(results, sources=json.loads(sources.read_text()))
+        results = dataclasses.replace(results, sources=read_json(sources, RETRAIN))
     return results

@@ -20,7 +20,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from imaginejax.files import atomic_path, write_text
+from imaginejax.files import append_text, atomic_path, write_text
 
 
 class MetricsLog:
@@ -66,10 +66,7 @@ class MetricsLog:
             record.update({f"success/{k}": _number(v[j]) for k, v in success.items()})
             record.update({f"return/{k}": _number(v[j]) for k, v in returns.items()})
             lines.append(json.dumps(record))
-        with open(self.jsonl, "a") as f:
-            f.write("\n".join(lines) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        append_text(self.jsonl, "\n".join(lines) + "\n", fsync=True)
         self._write_csv(self.records())
 
     def _rewrite(self, records: list[dict[str, Any]]) -> None:

@@ -19,7 +19,9 @@ Conventions:
 
 :func:`run_sweep` estimates memory before anything is compiled (:meth:`Trainer.memory_estimate`),
 picks the largest chunk of runs that fits the budget on every device, and trains the chunks one after
-another (results concatenated in run order).
+another (results concatenated in run order). What chunking does not bound — every run's final state,
+table row and results, held on the host until the sweep ends — is checked against the host's available
+memory first (:func:`check_host_memory`, from :meth:`Sweep.grid_size` before a table is built).
 
 Across processes (:mod:`imaginejax.distributed`): every process calls :func:`run_sweep` with the same
 sweep and datasets; their digests are compared before anything compiles, the memory budget is the
@@ -121,6 +123,18 @@ class Sweep:
                     config += 1
         return cls(_checked(table))
 
+    @staticmethod
+    def grid_size(seeds: Sequence[int] | int, ratios: Sequence[float] = (0.0,),
+                  hp: Mapping[str, Sequence[float]] | None = None, data: Sequence[str] | None = None) -> int:
+        """R of :meth:`grid` with the same arguments, counted without building the table."""
+        per_config = seeds if isinstance(seeds, int) else len(seeds)
+        for values in (hp or {}).values():
+            per_config *= len(values)
+        if data is None:
+            return per_config * len(ratios)
+        positive = sum(r > 0 for r in ratios)
+        return per_config * sum(1 if not source else positive for source in data)
+
     @classmethod
     def from_runs(cls, runs: Sequence[Mapping[str, float]]) -> "Sweep":
         """An explicit list: each entry has ``seed``, optionally ``ratio`` (default 0), ``data`` (default
@@ -186,7 +200,7 @@ class Sweep:
             else:
                 columns.append(np.broadcast_to(leaf, (self.num_runs,) + leaf.shape).copy())
         hp = jax.tree_util.tree_unflatten(treedef, columns)
-        keys = np.stack([np.asarray(jax.random.PRNGKey(spec.seed)) for spec in self.table]).astype(np.uint32)
+        keys = _keys([spec.seed for spec in self.table])
         ratios = np.asarray([spec.ratio for spec in self.table], np.float32)
         index = {name: i for i, name in enumerate(self.data_names)}
         sources = np.asarray([index.get(spec.data, 0) for spec in self.table], np.int32)
@@ -195,6 +209,14 @@ class Sweep:
     def to_json(self) -> list[dict[str, Any]]:
         """The table as JSON-ready records."""
         return [dataclasses.asdict(spec) for spec in self.table]
+
+
+def _keys(seeds: Sequence[int]) -> np.ndarray:
+    """(R, 2) uint32 ``PRNGKey(seed)`` of every seed: one vmapped call (R calls took 20 s per 80,000 runs)."""
+    seeds = np.asarray(seeds)
+    if seeds.size and np.iinfo(np.int32).min <= seeds.min() and seeds.max() <= np.iinfo(np.int32).max:
+        return np.asarray(jax.vmap(jax.random.PRNGKey)(seeds.astype(np.int32))).astype(np.uint32)
+    return np.stack([np.asarray(jax.random.PRNGKey(int(s))) for s in seeds.tolist()]).astype(np.uint32)
 
 
 def _checked(table: list[RunSpec]) -> tuple[RunSpec, ...]:
@@ -240,6 +262,55 @@ def default_memory_budget() -> int:
     return int(0.5 * available / max(1, jax.local_device_count()))
 
 
+class SweepMemoryError(MemoryError, ValueError):
+    """A sweep that cannot fit in memory, refused before it allocates (the message gives the numbers)."""
+
+
+# Host bytes of one run besides its state: the table row (~240 B measured), its JSON (~85 B), its results
+# and hp columns; plus per interval and level its success and return (Python floats in Results).
+ROW_BYTES, INTERVAL_LEVEL_BYTES = 1024, 96
+
+
+def available_host_memory() -> int:
+    """Bytes the host can still give (``MemAvailable`` of /proc/meminfo, else free pages, else 8 GiB)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 8 << 30
+
+
+def host_bytes_per_run(state: PyTree, num_intervals: int, num_levels: int) -> int:
+    """Host bytes one run holds until its sweep ends, whatever the chunking: ``state`` (one run's, arrays or
+    ``jax.ShapeDtypeStruct``) + :data:`ROW_BYTES` + :data:`INTERVAL_LEVEL_BYTES` × intervals × levels."""
+    nbytes = sum(int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize for x in jax.tree.leaves(state))
+    return nbytes + ROW_BYTES + INTERVAL_LEVEL_BYTES * num_intervals * num_levels
+
+
+def check_host_memory(num_runs: int, per_run: int, what: str, fix: str, available: int | None = None) -> None:
+    """Refuses ``num_runs`` runs of ``per_run`` host bytes (:func:`host_bytes_per_run`) when they exceed the
+    host's available memory (``available``; None: :func:`available_host_memory`), or half of it on a CPU,
+    where training takes the other half (:func:`default_memory_budget`).
+
+    Raises:
+      SweepMemoryError: naming ``what`` (the runs, e.g. the setting that makes them), the estimate and ``fix``.
+    """
+    available = available_host_memory() if available is None else int(available)
+    cpu = jax.default_backend() == "cpu"
+    if num_runs * per_run > (available // 2 if cpu else available):
+        share = (f"more than half of the {_mib(available)} available (training takes the other half on a CPU)"
+                 if cpu else f"more than the {_mib(available)} available")
+        raise SweepMemoryError(f"{what}: {num_runs:,} runs would hold ~{_mib(num_runs * per_run)} of host memory "
+                               f"whatever the chunking ({per_run / 1024:,.1f} KiB per run: its final state, table row "
+                               f"and results), {share}: {fix}")
+
+
 def plan_chunks(num_runs: int, estimate: MemoryEstimate, budget: int, num_devices: int) -> int:
     """Largest number of runs per chunk whose estimate fits ``budget`` bytes on each device.
 
@@ -253,11 +324,11 @@ def plan_chunks(num_runs: int, estimate: MemoryEstimate, budget: int, num_device
       runs per chunk: R when everything fits, else a multiple of D (each device's share fits).
 
     Raises:
-      MemoryError: not even one run per device fits (the message gives the numbers).
+      SweepMemoryError: not even one run per device fits (the message gives the numbers).
     """
     per_device = (budget - estimate.shared) // max(estimate.per_run, 1)
     if per_device < 1:
-        raise MemoryError(f"one run needs ~{_mib(estimate.total(1))} (datasets {_mib(estimate.shared)}, "
+        raise SweepMemoryError(f"one run needs ~{_mib(estimate.total(1))} (datasets {_mib(estimate.shared)}, "
                           f"{_mib(estimate.per_run)} per run) but the budget is {_mib(budget)} per device: "
                           "lower batch_size / eval_episodes / network widths, or raise memory_budget")
     return int(min(num_runs, per_device * num_devices))
@@ -303,14 +374,21 @@ def run_sweep(trainer: Trainer, sweep: Sweep, base_hp: PyTree, real: Transitions
 
     Returns:
       A :class:`SweepResult`.
+
+    Raises:
+      SweepMemoryError: the runs' host memory (:func:`check_host_memory`) or one run's device memory
+        (:func:`plan_chunks`) does not fit.
     """
-    arrays = sweep.build(base_hp)
     if isinstance(imag, Mapping):
         missing = [name for name in sweep.data_names if name not in imag]
         if missing:
             raise ValueError(f"the sweep's runs mix in {', '.join(missing)} but imag has only "
                              f"{', '.join(imag) or 'nothing'}")
         imag = [imag[name] for name in sweep.data_names] or None
+    state = trainer.state_shape(base_hp, real)
+    check_host_memory(sweep.num_runs, host_bytes_per_run(state, trainer.config.num_intervals, len(trainer.levels)),
+                      "the sweep", "train fewer runs per call (seeds, hyperparameter values, data sources)")
+    arrays = sweep.build(base_hp)
     estimate = trainer.memory_estimate(base_hp, real, imag)
     resolved = default_mesh() if mesh == "auto" else mesh
     num_devices = 1 if resolved is None else int(resolved.devices.size)

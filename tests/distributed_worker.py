@@ -6,7 +6,8 @@ and resuming from them, and writes every process's results to OUT/result-<proces
 
 Cases: ``toy`` (BC on the toy task, real + imaginary data), ``clevr`` (BC and discrete CQL on CLEVR
 from random-policy data, TD3+BC on the continuous toy reach), ``mismatch`` (the toy sweep with data that
-differs on process 1). XLA_FLAGS (host devices) must be set by the launcher.
+differs on process 1); ``cli OUT ARGS...`` runs ``imaginejax ARGS...`` and exits with its status.
+XLA_FLAGS (host devices) must be set by the launcher.
 """
 
 from __future__ import annotations
@@ -101,6 +102,10 @@ def clevr(out: Path, intervals: int, data_dir: Path) -> dict[str, np.ndarray]:
 
 def main() -> None:
     case, out = sys.argv[1], Path(sys.argv[2])
+    if case == "cli":
+        from imaginejax import cli
+
+        raise SystemExit(cli.main(sys.argv[3:]))
     intervals = int(sys.argv[3]) if len(sys.argv) > 3 else 2
     if case == "clevr":
         arrays = clevr(out, intervals, Path(sys.argv[4]))

@@ -308,6 +308,22 @@ def _config_keys(cls, prefix: str = "") -> list[str]:
                                        r"valid: .*num_steps"),
     (["train.updates"], r"expected KEY=VALUE, e\.g\. --set train\.updates=2000"),
     (["data.episodes.x=1"], r"data\.episodes is a value, not a section"),
+    # Numbers refused before anything is compiled (before: a NaN learning rate trained for minutes until "every
+    # run is non-finite"; train.updates=10**12 compiled, then overflowed an int32 counter in a traceback).
+    (["train.algo.bc.hp.learning_rate=nan"], r"config field train\.algo\.bc\.hp\.learning_rate: nan is not a finite "
+                                             r"number; give a finite value \(--set train\.algo\.bc\.hp\.learning_rate="),
+    (["train.algo.cql.sweep.alpha=[1, inf]"], r"train\.algo\.cql\.sweep\.alpha\[1\]: inf is not a finite number.*"
+                                              r"--set train\.algo\.cql\.sweep\.alpha=\[<numbers>\]"),
+    (["data.epsilon=-inf"], r"config field data\.epsilon: -inf is not a finite number"),
+    (["imagine.finetune.learning_rate=nan"], r"imagine\.finetune\.learning_rate: nan is not a finite number"),
+    (["train.algo.cql.hp.actor_lr=0"], r"train\.algo\.cql\.hp\.actor_lr = 0: a learning rate must be > 0"),
+    (["train.algo.bc.sweep.learning_rate=[1e-3, -1e-3]"], r"train\.algo\.bc\.sweep\.learning_rate = -0\.001: a "
+                                                          r"learning rate must be > 0"),
+    (["imagine.finetune.learning_rate=0"], r"imagine\.finetune\.learning_rate = 0: a learning rate must be > 0"),
+    (["train.updates=1000000000000"], r"train\.updates = 1,000,000,000,000 is above 2,147,483,647 \(2\*\*31 - 1\), "
+                                      r"the most the algorithms' int32 update counters hold.*--set train\.updates="),
+    (["data.seed=4294967296"], r"data\.seed must be in \[0, 2147483647\] .*got 4294967296"),
+    (["report.seed=-1"], r"report\.seed must be in \[0, 2147483647\]"),
 ])
 def test_config_errors_name_the_field_and_the_fix(overrides, match):
     with pytest.raises(ConfigError, match=match):
@@ -583,3 +599,46 @@ def test_export_takes_real_only_by_its_table_name_and_a_choice_names_exactly_the
     status, _, err = run(["export", str(ws), "--seed", "7", "--out", str(tmp_path / "none")])
     assert status == 2 and "0 runs match (seed=7); the runs have algo='bc'; seed=0 or seed=1;" in err
     assert not (tmp_path / "none").exists()
+
+
+def test_damaged_workspace_files_name_themselves_and_the_fix(bench_run, tmp_path):
+    """Every record of a workspace, truncated or stripped of a field: the command that reads it exits 2
+    naming the file and how to recover (before, a bare JSONDecodeError / KeyError without the file)."""
+    import shutil
+
+    retrain = "re-run the imaginejax train / bench command that trained it"
+    cases = [("workspace.json", "truncated", ["report", "export", "train"], "restore it, or train into a new --out"),
+             ("workspace.json", '{"config": {}}', ["report", "train"], "restore it, or train into a new --out"),
+             ("runs/bc/sweep.json", "truncated", ["report", "export"], retrain),
+             ("runs/bc/sweep.json", '{"runs": [{"run": 0}]}', ["report"], retrain),
+             ("runs/bc/task_success.json", "truncated", ["report"], retrain),
+             ("sources.json", "[]", ["report"], retrain),
+             ("random.json", "truncated", ["report"], "measures the random policy again")]
+    for i, (name, damage, commands, fix) in enumerate(cases):
+        ws = tmp_path / f"ws{i}"
+        shutil.copytree(bench_run["root"] / "ws", ws, ignore=shutil.ignore_patterns("checkpoints", "figures"))
+        if "export" in commands:
+            (ws / "runs" / "bc" / "checkpoints").symlink_to(bench_run["root"] / "ws" / "runs" / "bc" / "checkpoints")
+        path = ws / name
+        path.write_text(path.read_text()[:40] if damage == "truncated" else damage)
+        argv = {"report": ["report", str(ws), "--reps", "10"],
+                "export": ["export", str(ws), "--seed", "1", "--data", "real", "--out", str(tmp_path / "policy")],
+                "train": [str(ws) if arg == str(bench_run["root"] / "ws") else arg for arg in bench_run["bench_argv"]]}
+        for command in commands:
+            status, _, err = run(argv[command])
+            assert status == 2 and f"error: {path} is damaged (" in err and fix in err, (name, damage, command, err)
+
+
+def test_a_sweep_too_large_for_the_host_is_refused_with_its_estimate_before_any_work(tmp_path, monkeypatch):
+    """train.seeds=1000000: refused by counting, naming train.seeds and the estimate, with nothing built,
+    collected or created (before: the plan, then minutes of building a million keys and tables)."""
+    from imaginejax import sweep
+
+    monkeypatch.setattr(sweep, "available_host_memory", lambda: 1 << 30)
+    data, ws = tmp_path / "data", tmp_path / "ws"
+    status, _, err = run(["train", "--out", str(ws), "--set", f"data.dir={json.dumps(str(data))}",
+                          "--set", 'train.algos=["bc"]', "--set", "train.seeds=1000000"])
+    assert status == 2 and "error: bc with train.seeds = 1000000 × " in err, err
+    assert "runs would hold ~" in err and ("more than half of the 1,024.0 MiB available (training takes the other half on a CPU): lower "
+                                         "train.seeds") in err
+    assert not data.exists() and not ws.exists()

@@ -10,6 +10,7 @@ mismatch report are checked in this process.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -32,8 +33,10 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
-def launch(processes: int, devices: int, args: list[str], out: Path) -> list[subprocess.Popen]:
-    """``processes`` workers (one job when > 1), each with ``devices`` host devices; logs in out/log-<i>."""
+def launch(processes: int, devices: int, args: list[str], out: Path,
+           extra: dict[int, list[str]] | None = None) -> list[subprocess.Popen]:
+    """``processes`` workers (one job when > 1), each with ``devices`` host devices and ``args`` (then
+    ``extra[i]`` for process i); logs in out/log-<i>."""
     out.mkdir(parents=True, exist_ok=True)
     port, procs = _port(), []
     for i in range(processes):
@@ -44,7 +47,7 @@ def launch(processes: int, devices: int, args: list[str], out: Path) -> list[sub
             env.update(JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", JAX_NUM_PROCESSES=str(processes),
                        JAX_PROCESS_ID=str(i))
         log = open(out / f"log-{i}", "w")
-        procs.append(subprocess.Popen([sys.executable, str(WORKER), *args], env=env, stdout=log,
+        procs.append(subprocess.Popen([sys.executable, str(WORKER), *args, *(extra or {}).get(i, [])], env=env, stdout=log,
                                       stderr=subprocess.STDOUT))
     return procs
 
@@ -92,6 +95,10 @@ def test_one_process_is_the_writer_and_the_helpers_change_nothing(monkeypatch):
     assert distributed.writer_first(lambda: calls.append(1) or "x") == "x" and calls == [1]
     distributed.check_same({"a": "1"})
     assert distributed.smallest(1 << 40) == 1 << 40 and distributed.broadcast_text("é") == "é"
+    assert distributed.gather_text("é") == ["é"] and distributed.agree({"train": {"updates": 1}}) is None
+    distributed.raise_together(None)
+    with pytest.raises(KeyError, match="mine"):
+        distributed.raise_together(KeyError("mine"))
     gathered = distributed.gather({"w": np.arange(3)})
     np.testing.assert_array_equal(gathered["w"], [0, 1, 2])
     assert distributed.digest({"a": np.arange(3)}) != distributed.digest({"a": np.arange(3.0)})
@@ -131,6 +138,32 @@ def test_inputs_that_differ_between_processes_are_refused_on_every_process(tmp_p
         log = (tmp_path / f"log-{i}").read_text()
         assert "do not hold the same inputs: real data (process 1 differs from process 0). Every" in log, log[-2000:]
     assert not (tmp_path / "bc" / "checkpoints").exists()  # refused before anything was trained
+
+
+@pytest.mark.parametrize("odd, named", [
+    (["--set", "train.updates=40"], "train.updates is 20 on process 0, 40 on process 1"),
+    (["--set", "train.updatez=40"], "--set 'train.updatez=40': unknown field train.updatez")])
+def test_a_process_started_differently_is_named_by_every_process(tmp_path, odd, named):
+    """One process of two started with another --set (a valid one, or one its own parsing refuses), after a
+    workspace was made with the first settings: every process exits 2 naming the key, none in a gloo
+    traceback (before, only the odd process named it — the workspace check ran first on it alone — and
+    process 0 died with 'Connection closed by peer')."""
+    from imaginejax.bench import open_workspace
+    from imaginejax.config import load_config
+
+    ws = tmp_path / "ws"
+    sets = [f"data.dir={json.dumps(str(tmp_path / 'data'))}", 'train.algos=["bc"]', "train.updates=20", "train.intervals=2"]
+    open_workspace(ws, load_config("clevr-quick", sets))  # the workspace process 0's settings resume
+    base = ["cli", str(tmp_path), "train", "--out", str(ws)] + [arg for s in sets for arg in ("--set", s)]
+    procs = launch(2, 1, base, tmp_path, extra={1: odd})
+    codes = [p.wait(timeout=300) for p in procs]
+    logs = [(tmp_path / f"log-{i}").read_text() for i in range(2)]
+    assert codes == [2, 2], logs
+    for log in logs:
+        assert named in log and "Traceback" not in log and "Connection closed" not in log, log[-2000:]
+    assert "error: the processes of this job" in logs[0] or "error: a process of this job stopped before it " \
+        "started: process 1: ConfigError: --set 'train.updatez=40'" in logs[0], logs[0]
+    assert not (tmp_path / "data").exists()
 
 
 @pytest.mark.parametrize("processes", [2, 4])

@@ -6,6 +6,7 @@ import json
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from imaginejax import files
@@ -33,8 +34,6 @@ def test_failed_writer_leaves_the_old_file_and_no_temp(tmp_path: Path) -> None:
 
 
 def test_path_writers_keep_the_suffix(tmp_path: Path) -> None:
-    import numpy as np
-
     with files.atomic_path(tmp_path / "arrays.npz") as tmp:
         np.savez(tmp, x=np.arange(3))  # np.savez appends .npz to any other suffix
     with np.load(tmp_path / "arrays.npz") as archive:
@@ -58,3 +57,31 @@ def test_staged_dir_replaces_only_with_overwrite(tmp_path: Path, monkeypatch: py
     assert [p.name for p in target.iterdir()] == ["two"]
     assert [p.name for p in tmp_path.iterdir()] == ["ds"]
     assert not files.is_temp(target) and not os.path.lexists(tmp_path / ".ds.old")
+
+
+def test_logs_are_never_appended_through_a_link(tmp_path: Path) -> None:
+    """train.log / metrics.jsonl planted as a symbolic link, a hard link, a FIFO or a directory: refused,
+    naming the file and the fix, and the file outside the workspace keeps its bytes."""
+    from imaginejax.progress import IntervalProgress
+    from imaginejax.runlog import MetricsLog
+
+    outside = tmp_path / "outside.txt"
+    outside.write_text("secret\n")
+    run_dir = tmp_path / "ws" / "runs" / "bc"
+    run_dir.mkdir(parents=True)
+    (run_dir / "train.log").symlink_to(outside)
+    progress = IntervalProgress("bc", 2, 2, 10, 10, mode="off", log_file=run_dir / "train.log")
+    with pytest.raises(files.UnsafeFileError, match=r"train\.log is a symbolic link \(to .*outside\.txt\): .*rm "):
+        progress("resumed chunk 0")
+    os.link(outside, run_dir / "metrics.jsonl")
+    with pytest.raises(files.UnsafeFileError, match=r"metrics\.jsonl is a hard link \(2 names\)"):
+        MetricsLog(run_dir).write_interval(0, 1, 10, 1.0, np.arange(1), np.ones(1, bool), {}, {}, {})
+    assert outside.read_text() == "secret\n"
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "dir").mkdir()
+    for path in (tmp_path / "fifo", tmp_path / "dir"):
+        with pytest.raises(files.UnsafeFileError, match="not a regular file"):
+            files.append_text(path, "x\n")
+    files.append_text(tmp_path / "log", "a\n")
+    files.append_text(tmp_path / "log", "b\n", fsync=True)
+    assert (tmp_path / "log").read_text() == "a\nb\n"

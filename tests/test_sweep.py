@@ -15,7 +15,8 @@ from imaginejax.algos.cql_discrete import make_cql
 from imaginejax.algos.networks import NetConfig
 from imaginejax.data.transitions import to_transitions
 from imaginejax.engine import EngineConfig, MemoryEstimate, make_train
-from imaginejax.sweep import Sweep, plan_chunks, run_sweep
+from imaginejax import sweep as sweep_lib
+from imaginejax.sweep import Sweep, SweepMemoryError, plan_chunks, run_sweep
 
 from toy_env import NUM_TASKS, STATE_DIM, ToyEnv, expert_dataset
 
@@ -88,6 +89,30 @@ def test_memory_estimate_bounds_xla_and_plans_chunks(real):
     assert plan_chunks(10, est, est.shared + 3 * est.per_run, 2) == 6
     with pytest.raises(MemoryError, match="budget"):
         plan_chunks(10, MemoryEstimate(per_run=100, shared=50), 120, 1)
+
+
+def test_host_memory_is_checked_by_counting_before_a_table_is_built(real, monkeypatch):
+    """What chunking does not bound (every run's final state, row and results on the host) is refused
+    before it is allocated: a million seeds once built 80,000 keys per 20 s, then every state."""
+    for args in [(3, [0.0, 0.5], {"a": [1, 2]}, None), (2, [0.0, 0.5, 1.0], None, ["", "x", "y"]),
+                 ([5, 7], [0.0], {"a": [1], "b": [1, 2, 3]}, ["", "x"]), (4, [0.25], None, ["x"])]:
+        assert Sweep.grid_size(*args) == Sweep.grid(*args).num_runs
+    seeds = [0, 1, 7, 2**31 - 1, 2**31, 2**32 + 3]  # vmapped PRNGKey for int32 seeds, one by one above
+    expected = np.stack([np.asarray(jax.random.PRNGKey(s)) for s in seeds])
+    np.testing.assert_array_equal(Sweep.grid(seeds).build(BCHyperparams(jnp.float32(1e-3))).keys, expected)
+    np.testing.assert_array_equal(Sweep.grid(seeds[:4]).build(BCHyperparams(jnp.float32(1e-3))).keys, expected[:4])
+    trainer = _trainer()
+    state = trainer.state_shape(trainer.algo.default_hp(SPEC), real)
+    per_run = sweep_lib.host_bytes_per_run(state, 2, 1)
+    assert per_run == sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(state)) + 1024 + 96 * 2
+    sweep_lib.check_host_memory(10, per_run, "x", "y", available=20 * per_run)
+    with pytest.raises(SweepMemoryError, match=r"^the runs: 11 runs would hold ~.* MiB of host memory whatever the "
+                                                r"chunking \(.* KiB per run.*more than half of the .* MiB available \(training "
+                                                r"takes the other half on a CPU\): fix"):
+        sweep_lib.check_host_memory(11, per_run, "the runs", "fix", available=20 * per_run)
+    monkeypatch.setattr(sweep_lib, "available_host_memory", lambda: 10 * per_run)
+    with pytest.raises(SweepMemoryError, match="the sweep: 6 runs"):
+        run_sweep(trainer, Sweep.grid(6), trainer.algo.default_hp(SPEC), real, memory_budget=1 << 40)
 
 
 def test_chunked_sweep_equals_one_chunk_bitwise(real, tmp_path):
