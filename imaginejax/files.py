@@ -117,6 +117,11 @@ def write_json(path: str | os.PathLike[str], value: Any, indent: int | None = 1)
     return write_text(path, json.dumps(value, indent=indent) + "\n")
 
 
+# The fix for a damaged record of a training workspace (sweep.json, task_success.json, sources.json).
+RETRAIN = ("re-run the imaginejax train / bench command that trained it: it rewrites this file and resumes from "
+           "the checkpoints")
+
+
 class DamagedFile(ValueError):
     """A record this package wrote does not parse or lacks a field it writes (truncated, edited)."""
 

@@ -33,7 +33,7 @@ from typing import Any, Callable, Literal, Mapping, TextIO
 
 from tqdm import tqdm
 
-from imaginejax.files import append_text, fields_of, read_json
+from imaginejax.files import RETRAIN, append_text, fields_of, read_json
 
 ProgressMode = Literal["auto", "bar", "lines", "off"]
 
@@ -213,8 +213,6 @@ _BOOKKEEPING = ("chunk", "interval", "step", "run", "seconds", "finite")
 def run_names(run_dir: str | os.PathLike[str]) -> dict[int, str]:
     """Run index -> ``<algo>/seed<s>/ratio<r>[/<data>][/<hp>]`` from the sweep's ``sweep.json`` (hp: the
     hyperparameters that vary within the sweep, ``name=value`` joined by commas); ``run<r>`` without it."""
-    from imaginejax.results import RETRAIN
-
     path = Path(run_dir) / "sweep.json"
     if not path.exists():
         return {}

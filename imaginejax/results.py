@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
-from imaginejax.files import fields_of, read_json, write_json
+from imaginejax.files import RETRAIN, fields_of, read_json, write_json
 from imaginejax.runlog import MetricsLog
 
 if TYPE_CHECKING:
@@ -43,10 +43,6 @@ SWEEP_FILE = "sweep.json"
 TASK_SUCCESS_FILE = "task_success.json"
 SOURCES_FILE = "sources.json"
 # How to recover each record when it is damaged: training rewrites all three.
-RETRAIN = ("re-run the imaginejax train / bench command that trained it: it rewrites this file and resumes from "
-           "the checkpoints")
-
-
 @dataclasses.dataclass(frozen=True)
 class Run:
     """One trained run (values as plain Python numbers, so results compare with ``==``).
