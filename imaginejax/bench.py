@@ -219,14 +219,24 @@ def filter_imaginary(config: Config, datasets: Sequence[TrajectoryDataset],
     return out
 
 
+def check_oracle_given(config: Config, oracle_paths: Sequence[str | Path]) -> None:
+    """Refuses oracle datasets for a sweep that trains no oracle condition (ConfigError naming the fix)."""
+    if oracle_paths and "oracle" not in data_conditions(config):
+        raise ConfigError(f"--oracle data is given but the oracle condition is not trained (train.conditions = "
+                          f"{list(config.train.conditions)}, ratios {list(config.train.ratios)}): add 'oracle' to "
+                          "train.conditions and a ratio > 0 to train.ratios")
+
+
 def mixed_sources(config: Config, real: Sequence[TrajectoryDataset], out_dir: str | Path, *,
-                  imaginary_paths: Sequence[str | Path] = (),
+                  imaginary_paths: Sequence[str | Path] = (), oracle_paths: Sequence[str | Path] = (),
                   log: Log = log_stderr) -> dict[str, list[TrajectoryDataset]]:
     """The data mixed into the real data, by source name: ``"<condition>/<level>"`` (per-level protocol)
     or ``"<condition>/pooled"``, for the conditions 'imaginary' and 'oracle' of :func:`data_conditions`.
+    ``oracle_paths``: real rollouts of novel levels to use as the oracle's data instead of collecting them.
 
     Raises:
-      ConfigError: a given imaginary dataset is of a level that is not a novel level of the environment.
+      ConfigError: a given imaginary or oracle dataset is of a level that is not a novel level of the
+        environment, or oracle data is given while the oracle condition is not trained.
     """
     conditions = data_conditions(config)
     env_name = config.data.env
@@ -238,14 +248,16 @@ def mixed_sources(config: Config, real: Sequence[TrajectoryDataset], out_dir: st
         else:
             datasets = imaginary_data(config, real, Path(out_dir) / "imaginary", log)
         per_condition["imaginary"] = filter_imaginary(config, datasets, log)
+    check_oracle_given(config, oracle_paths)
     if "oracle" in conditions:
-        per_condition["oracle"] = oracle_data(config, log)
+        per_condition["oracle"] = (load_datasets(oracle_paths, "real", env_name, log) if oracle_paths
+                                   else oracle_data(config, log))
     sources: dict[str, list[TrajectoryDataset]] = {}
     for condition, datasets in per_condition.items():
         for ds in datasets:
             if ds.level not in novel:
                 raise ConfigError(f"{condition} data of level {ds.level!r} cannot be mixed into a novel level of "
-                                  f"{env_name} ({', '.join(novel)}): imaginary data is generated for (and "
+                                  f"{env_name} ({', '.join(novel)}): {condition} data is made for (and "
                                   "mixed into) the level of its instructions")
         if config.train.protocol == "pooled":
             sources[f"{condition}/pooled"] = list(datasets)
@@ -664,7 +676,8 @@ ROUGH_SECONDS = {"compile": 20.0, "sample": 1.5e-5, "eval_step": 2e-5, "rollout"
                  "finetune_step": 1.5, "finetune_step_tiny": 0.5}
 
 
-def plan(config: Config, out: str | Path, *, imaginary_paths: Sequence[str | Path] = (), real_given: bool = False) -> str:
+def plan(config: Config, out: str | Path, *, imaginary_paths: Sequence[str | Path] = (), real_given: bool = False,
+         oracle_paths: Sequence[str | Path] = ()) -> str:
     """What :func:`train` is about to do, before it does it: data, imaginer (fine-tuned or loaded, and how
     to skip fine-tuning), algorithms, runs, levels, evaluation episodes, updates, and a rough time
     estimate from these sizes (``ROUGH_SECONDS`` per unit of work; compilation dominates small runs)."""
@@ -677,11 +690,13 @@ def plan(config: Config, out: str | Path, *, imaginary_paths: Sequence[str | Pat
     algos = algorithm_names(config, spec)
     conditions = data_conditions(config)
     imaginary_given = bool(imaginary_paths)
-    given_levels = sorted({read_manifest(path)["level"] for path in imaginary_paths})
+    given_levels = {"imaginary": sorted({read_manifest(path)["level"] for path in imaginary_paths}),
+                    "oracle": sorted({read_manifest(path)["level"] for path in oracle_paths})}
     sources = [""] if "real" in conditions else []
     for condition in ("imaginary", "oracle"):
         if condition in conditions or (condition == "imaginary" and imaginary_given):
-            levels_of = given_levels if condition == "imaginary" and imaginary_given else imagined_levels(config)
+            given = imaginary_given if condition == "imaginary" else bool(oracle_paths)
+            levels_of = given_levels[condition] if given else imagined_levels(config)
             sources += [f"{condition}/pooled"] if t.protocol == "pooled" else [f"{condition}/{lv}" for lv in levels_of]
     runs = {name: algorithm_sweep(config, name, spec, sources)[2].num_runs for name in algos}  # as trained
     configs = Sweep.grid(seeds=1, ratios=t.ratios, data=sources).num_runs  # data configurations per seed
@@ -693,7 +708,8 @@ def plan(config: Config, out: str | Path, *, imaginary_paths: Sequence[str | Pat
                                 f"{d.episodes} expert trajectories of train (cached in {data_root(config)})")]
     imagined = imagined_levels(config)
     collections = ([] if real_given else [("train", d.episodes, d.seed)]) + (
-        [(lv, level_episodes(config, lv), im.seed + i) for i, lv in enumerate(imagined)] if "oracle" in conditions
+        [(lv, level_episodes(config, lv), im.seed + i) for i, lv in enumerate(imagined)]
+        if ("oracle" in conditions and not oracle_paths)
         or ("imaginary" in conditions and im.source == "oracle" and not imaginary_given) else [])
     seconds += ROUGH_SECONDS["collect"] * sum(  # datasets not cached yet
         not (cached_expert_path(d.env, lv, n, seed, d.epsilon, data_root(config), embed=d.embed) / "manifest.json").exists()
@@ -718,7 +734,8 @@ def plan(config: Config, out: str | Path, *, imaginary_paths: Sequence[str | Pat
     else:
         lines.append("  imaginary data: none")
     if "oracle" in conditions:
-        lines.append(f"  oracle data: expert rollouts of {', '.join(imagined)} (cached)")
+        lines.append("  oracle data: " + (f"the given --oracle datasets ({', '.join(given_levels['oracle'])})" if oracle_paths
+                                          else f"expert rollouts of {', '.join(imagined)} (cached)"))
     lines += [f"  algorithms: {', '.join(algos)}" + ("" if t.algos else " (every registered one; choose with --algo "
                                                      "or train.algos)"),
               "  runs: " + ", ".join(f"{name} {n}" for name, n in runs.items())
@@ -745,7 +762,8 @@ class TrainOutcome:
 
 
 def train(config: Config, out: str | Path, *, real_paths: Sequence[str | Path] = (),
-          imaginary_paths: Sequence[str | Path] = (), log: Log = log_stderr) -> TrainOutcome:
+          imaginary_paths: Sequence[str | Path] = (), oracle_paths: Sequence[str | Path] = (),
+          log: Log = log_stderr) -> TrainOutcome:
     """Data (given or from the pipeline), then every configured algorithm's sweep, in workspace ``out``.
 
     Args:
@@ -753,21 +771,24 @@ def train(config: Config, out: str | Path, *, real_paths: Sequence[str | Path] =
       out: workspace directory (created, or resumed).
       real_paths: real dataset directories (default: the configuration's expert data).
       imaginary_paths: imaginary dataset directories (default: ``imagine.source``'s data).
+      oracle_paths: real rollouts of the novel levels for the oracle condition (default: collected by the
+        environment's expert, cached).
       log: message sink.
     """
     log = log if distributed.is_writer() else _quiet
     # Across processes: the settings first, then the data, before any check that can fail on one process.
     distributed.agree({**config.to_json(), "--out": str(out), "--real": [str(p) for p in real_paths],
-                       "--imaginary": [str(p) for p in imaginary_paths]})
+                       "--imaginary": [str(p) for p in imaginary_paths], "--oracle": [str(p) for p in oracle_paths]})
     check_algorithms(config)
+    check_oracle_given(config, oracle_paths)
     out = distributed.writer_first(lambda: open_workspace(out, config))
-    log(plan(config, out, imaginary_paths=imaginary_paths, real_given=bool(real_paths)))
+    log(plan(config, out, imaginary_paths=imaginary_paths, real_given=bool(real_paths), oracle_paths=oracle_paths))
     env_name = config.data.env
     log(f"data ({env_name}):")
     real = load_datasets(real_paths, "real", env_name, log) if real_paths else distributed.writer_first(
         lambda: real_data(config, log))
     sources = distributed.writer_first(lambda: mixed_sources(config, real, out, imaginary_paths=imaginary_paths,
-                                                             log=log))
+                                                             oracle_paths=oracle_paths, log=log))
     imag = [ds for datasets in sources.values() for ds in datasets]
     if jax.process_count() > 1:
         distributed.check_same({"real data": fingerprint(real),

@@ -116,6 +116,9 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="real dataset directory (repeatable; default: the configuration's expert data, cached)")
     p.add_argument("--imaginary", type=absolute, action="append", default=[], metavar="DIR",
                    help="imaginary dataset directory (repeatable; default: produced per imagine.source)")
+    p.add_argument("--oracle", type=absolute, action="append", default=[], metavar="DIR",
+                   help="real rollouts of a novel level for the oracle condition (repeatable; default: collected "
+                        "by the expert, imagine.episodes per level, cached)")
     p.add_argument("--out", type=absolute, default=None,
                    help="workspace directory (default: $IMAGINEJAX_HOME/train/<preset>)")
 
@@ -246,7 +249,8 @@ def _train(args: argparse.Namespace) -> int:
     extra = ["train.algos=[" + ", ".join(json.dumps(a) for a in args.algo) + "]"] if args.algo else []
     config = _config(args, extra)
     out = args.out or _default_out("train", config.name)
-    outcome = bench.train(config, out, real_paths=args.real, imaginary_paths=args.imaginary, log=_log)
+    outcome = bench.train(config, out, real_paths=args.real, imaginary_paths=args.imaginary,
+                          oracle_paths=args.oracle, log=_log)
     text = bench.report(outcome.results, outcome.workspace, config, figures=False, log=_log)
     if distributed.is_writer():
         print(text)

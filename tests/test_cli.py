@@ -212,6 +212,40 @@ def test_imaginary_data_out_of_the_action_space_is_refused_before_training(bench
     assert not (bench_run["root"] / "ws-bad" / "runs").exists()
 
 
+def test_oracle_data_is_given_as_dataset_directories(bench_run):
+    """``--oracle DIR``: the oracle condition takes the given real rollouts of the novel levels instead of
+    collecting them: the same datasets the bench run collected and cached give the same sources; a dataset of
+    the train level or an imaginary one is refused naming it, and so is oracle data for a sweep that trains no
+    oracle condition, all before anything trains."""
+    from imaginejax import bench
+    from imaginejax.data import load_dataset, read_manifest, save_dataset
+
+    root = bench_run["root"]
+    sets = tiny(root / "data")[1::2]
+    config = load_config(None, sets)
+    cached = sorted(p for p in (root / "data").iterdir() if read_manifest(p)["level"] != "train")
+    levels = sorted(read_manifest(p)["level"] for p in cached)
+    assert levels == ["easy", "hard", "rephrase"]
+    real = [load_dataset(bench_run["real"])]
+    collected = bench.mixed_sources(config, real, root / "unused")
+    given = bench.mixed_sources(config, real, root / "unused", oracle_paths=cached)
+    assert sorted(given) == sorted(collected) == [f"oracle/{level}" for level in levels]
+    assert {k: bench.fingerprint(v) for k, v in given.items()} == {k: bench.fingerprint(v) for k, v in collected.items()}
+    assert "oracle data: the given --oracle datasets (easy, hard, rephrase)" in bench.plan(config, root / "ws-plan",
+                                                                                 oracle_paths=cached)
+
+    base = ["train", "--algo", "bc", "--real", str(bench_run["real"]), "--out", str(root / "ws-oracle")] + tiny(root / "data")
+    status, _, err = run(base + ["--oracle", str(bench_run["real"])])
+    assert status == 2 and "oracle data of level 'train' cannot be mixed" in err, err
+    imaginary = root / "oracle-as-imaginary"
+    save_dataset(dataclasses.replace(load_dataset(cached[0]), source="imaginary"), imaginary)
+    status, _, err = run(base + ["--oracle", str(imaginary)])
+    assert status == 2 and f"{imaginary} holds imaginary data, expected real here" in err, err
+    status, _, err = run(base + ["--oracle", str(cached[0]), "--set", 'train.conditions=["real"]'])
+    assert status == 2 and "--oracle data is given but the oracle condition is not trained" in err, err
+    assert not (root / "ws-oracle" / "runs").exists()
+
+
 def test_report_of_a_workspace_and_of_a_sweep(bench_run):
     ws = bench_run["root"] / "ws"
     status, out, err = run(["report", str(ws), "--reps", "50", "--no-figures",

@@ -110,7 +110,7 @@ def test_a_record_naming_a_model_path_is_refused_before_it_is_opened(tmp_path):
     sys.addaudithook(lambda event, args: opened.append(args[0]) if event == "open" and str(args[0]) == str(backbone)
                      else None)
     record, item = _assets_copy(tmp_path, model_path=str(backbone))
-    with pytest.raises(ShippedImaginerError, match=r"field preset.model_path is '.*': a record never names"):
+    with pytest.raises(ShippedImaginerError, match=r"field preset.model_path is '.*backbone.gguf': a record never names"):
         load_shipped("clevr", assets=tmp_path, expected=item)
     # A run directory of one's own: refused before run.json's tokenizer or checkpoints are looked at.
     run = tmp_path / "run"

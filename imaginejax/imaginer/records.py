@@ -38,8 +38,8 @@ class RunRecordError(ValueError):
 
 def _refuse(path: Path, field: str, value: Any, problem: str, fix: str = FIX) -> RunRecordError:
     shown = repr(value)
-    return RunRecordError(f"{path}: field {field} is {shown[:80] + '…' if len(shown) > 80 else shown}: {problem}; "
-                          f"{fix}")
+    shown = shown[:40] + "…" + shown[-40:] if len(shown) > 81 else shown  # both ends: a path's name stays visible
+    return RunRecordError(f"{path}: field {field} is {shown}: {problem}; {fix}")
 
 
 def _table(path: Path, field: str, value: Any) -> Mapping[str, Any]:
