@@ -34,15 +34,28 @@ def _read_int(file: str) -> int | None:
     return int(text) if text.isdigit() else None
 
 
-def available_memory() -> int:
-    """Bytes this process can still allocate: the least of MemAvailable, the address-space limit left and
-    the cgroup's limit left."""
+def _mem_available() -> int:
+    """The host's MemAvailable (psutil, else /proc/meminfo, else the free pages)."""
     try:
         import psutil
 
-        free = int(psutil.virtual_memory().available)
+        return int(psutil.virtual_memory().available)
     except ImportError:
-        free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        pass
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def available_memory() -> int:
+    """Bytes this process can still allocate: the least of MemAvailable, the address-space limit left and
+    the cgroup's limit left."""
+    free = _mem_available()
     soft, _ = resource.getrlimit(resource.RLIMIT_AS)
     if soft != resource.RLIM_INFINITY:
         try:

@@ -232,11 +232,12 @@ def mixed_sources(config: Config, real: Sequence[TrajectoryDataset], out_dir: st
                   log: Log = log_stderr) -> dict[str, list[TrajectoryDataset]]:
     """The data mixed into the real data, by source name: ``"<condition>/<level>"`` (per-level protocol)
     or ``"<condition>/pooled"``, for the conditions 'imaginary' and 'oracle' of :func:`data_conditions`.
-    ``oracle_paths``: real rollouts of novel levels to use as the oracle's data instead of collecting them.
+    ``oracle_paths``: real rollouts of novel levels to use as the oracle's data instead of collecting them
+    (:func:`train` has refused them already when no oracle condition is trained: :func:`check_oracle_given`).
 
     Raises:
       ConfigError: a given imaginary or oracle dataset is of a level that is not a novel level of the
-        environment, or oracle data is given while the oracle condition is not trained.
+        environment.
     """
     conditions = data_conditions(config)
     env_name = config.data.env
@@ -248,7 +249,6 @@ def mixed_sources(config: Config, real: Sequence[TrajectoryDataset], out_dir: st
         else:
             datasets = imaginary_data(config, real, Path(out_dir) / "imaginary", log)
         per_condition["imaginary"] = filter_imaginary(config, datasets, log)
-    check_oracle_given(config, oracle_paths)
     if "oracle" in conditions:
         per_condition["oracle"] = (load_datasets(oracle_paths, "real", env_name, log) if oracle_paths
                                    else oracle_data(config, log))

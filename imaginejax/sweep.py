@@ -44,6 +44,7 @@ import numpy as np
 
 from imaginejax import distributed
 from imaginejax.files import write_json
+from imaginejax.data.budget import available_memory
 from imaginejax.data.types import Transitions
 from imaginejax.engine import MemoryEstimate, TrainResult, Trainer, default_mesh
 
@@ -271,21 +272,6 @@ class SweepMemoryError(MemoryError, ValueError):
 ROW_BYTES, INTERVAL_LEVEL_BYTES = 1024, 96
 
 
-def available_host_memory() -> int:
-    """Bytes the host can still give (``MemAvailable`` of /proc/meminfo, else free pages, else 8 GiB)."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return 8 << 30
-
-
 def host_bytes_per_run(state: PyTree, num_intervals: int, num_levels: int) -> int:
     """Host bytes one run holds until its sweep ends, whatever the chunking: ``state`` (one run's, arrays or
     ``jax.ShapeDtypeStruct``) + :data:`ROW_BYTES` + :data:`INTERVAL_LEVEL_BYTES` × intervals × levels."""
@@ -295,13 +281,13 @@ def host_bytes_per_run(state: PyTree, num_intervals: int, num_levels: int) -> in
 
 def check_host_memory(num_runs: int, per_run: int, what: str, fix: str, available: int | None = None) -> None:
     """Refuses ``num_runs`` runs of ``per_run`` host bytes (:func:`host_bytes_per_run`) when they exceed the
-    host's available memory (``available``; None: :func:`available_host_memory`), or half of it on a CPU,
-    where training takes the other half (:func:`default_memory_budget`).
+    host's available memory (``available``; None: :func:`~imaginejax.data.budget.available_memory`), or half
+    of it on a CPU, where training takes the other half (:func:`default_memory_budget`).
 
     Raises:
       SweepMemoryError: naming ``what`` (the runs, e.g. the setting that makes them), the estimate and ``fix``.
     """
-    available = available_host_memory() if available is None else int(available)
+    available = available_memory() if available is None else int(available)
     cpu = jax.default_backend() == "cpu"
     if num_runs * per_run > (available // 2 if cpu else available):
         share = (f"more than half of the {_mib(available)} available (training takes the other half on a CPU)"

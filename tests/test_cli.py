@@ -668,7 +668,7 @@ def test_a_sweep_too_large_for_the_host_is_refused_with_its_estimate_before_any_
     collected or created (before: the plan, then minutes of building a million keys and tables)."""
     from imaginejax import sweep
 
-    monkeypatch.setattr(sweep, "available_host_memory", lambda: 1 << 30)
+    monkeypatch.setattr(sweep, "available_memory", lambda: 1 << 30)
     data, ws = tmp_path / "data", tmp_path / "ws"
     status, _, err = run(["train", "--out", str(ws), "--set", f"data.dir={json.dumps(str(data))}",
                           "--set", 'train.algos=["bc"]', "--set", "train.seeds=1000000"])

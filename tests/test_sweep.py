@@ -110,7 +110,7 @@ def test_host_memory_is_checked_by_counting_before_a_table_is_built(real, monkey
                                                 r"chunking \(.* KiB per run.*more than half of the .* MiB available \(training "
                                                 r"takes the other half on a CPU\): fix"):
         sweep_lib.check_host_memory(11, per_run, "the runs", "fix", available=20 * per_run)
-    monkeypatch.setattr(sweep_lib, "available_host_memory", lambda: 10 * per_run)
+    monkeypatch.setattr(sweep_lib, "available_memory", lambda: 10 * per_run)
     with pytest.raises(SweepMemoryError, match="the sweep: 6 runs"):
         run_sweep(trainer, Sweep.grid(6), trainer.algo.default_hp(SPEC), real, memory_budget=1 << 40)
 
