@@ -122,6 +122,14 @@ RETRAIN = ("re-run the imaginejax train / bench command that trained it: it rewr
            "the checkpoints")
 
 
+def field_problem(path: str | os.PathLike[str], field: str, value: Any, problem: str, fix: str) -> str:
+    """``"<path>: field <field> is <value>: <problem>; <fix>"``, a long value shown by both ends (a path
+    keeps its file name)."""
+    shown = repr(value)
+    shown = shown[:40] + "…" + shown[-40:] if len(shown) > 81 else shown
+    return f"{path}: field {field} is {shown}: {problem}; {fix}"
+
+
 class DamagedFile(ValueError):
     """A record this package wrote does not parse or lacks a field it writes (truncated, edited)."""
 

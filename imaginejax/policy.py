@@ -39,7 +39,7 @@ from imaginejax import algos as algo_registry
 from imaginejax.algos.base import Algorithm, Spec
 from imaginejax.algos.common import DataStats
 from imaginejax.algos.networks import NetConfig
-from imaginejax.files import write_bytes, write_json
+from imaginejax.files import field_problem, write_bytes, write_json
 
 if TYPE_CHECKING:
     from imaginejax.evaluation import EvalResult
@@ -365,8 +365,7 @@ class Policy:
 # Checking a record before anything is built from it
 # ---------------------------------------------------------------------------------------------------
 def _refuse(path: Path, field: str, value: Any, problem: str, fix: str = "export the policy again") -> PolicyError:
-    shown = repr(value)
-    return PolicyError(f"{path}: field {field} is {shown[:80] + '…' if len(shown) > 80 else shown}: {problem}; {fix}")
+    return PolicyError(field_problem(path, field, value, problem, fix))
 
 
 def _count(path: Path, field: str, value: Any, low: int, high: int) -> int:

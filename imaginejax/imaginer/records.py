@@ -15,6 +15,7 @@ import math
 from pathlib import Path
 from typing import Any, Final, Mapping
 
+from imaginejax.files import field_problem
 from imaginejax.imaginer import lora
 
 RUN_FIELDS: Final[tuple[str, ...]] = (
@@ -37,9 +38,7 @@ class RunRecordError(ValueError):
 
 
 def _refuse(path: Path, field: str, value: Any, problem: str, fix: str = FIX) -> RunRecordError:
-    shown = repr(value)
-    shown = shown[:40] + "…" + shown[-40:] if len(shown) > 81 else shown  # both ends: a path's name stays visible
-    return RunRecordError(f"{path}: field {field} is {shown}: {problem}; {fix}")
+    return RunRecordError(field_problem(path, field, value, problem, fix))
 
 
 def _table(path: Path, field: str, value: Any) -> Mapping[str, Any]:
