@@ -53,7 +53,7 @@ setup-ref: $(REF_VENV)/.installed
 setup-bench: $(REF_VENV)/.bench-installed
 
 demo: $(VENV)/.installed
-	$(VENV)/bin/python -m imaginejax.demo
+	$(VENV)/bin/python -m imaginejax demo
 
 # The test tiers: `make test` (the README's and CI's command) runs every test not marked slow;
 # `make test-slow` runs the slow tier (MJX parity on every scene, expert success over many episodes,

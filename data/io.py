@@ -19,7 +19,7 @@ Choices:
 * **One file per field**, each with its own checksum, so corruption (a flipped bit, a truncated
   download) is reported with the field named, before the file is parsed.
 * **Atomic writes.** :func:`save_dataset` validates first, then writes everything into a hidden sibling
-  directory and moves it onto the target in one rename (:func:`imaginejax.files.staged_dir`): readers see
+  directory and moves it onto the target in one rename (:func:`imaginejax.core.files.staged_dir`): readers see
   the old dataset or the new one, never a mix; any exception leaves an existing dataset untouched.
 * :func:`load_dataset` checks the manifest and schema version, the bytes the manifest's shapes add up to
   (against the decode budget, :mod:`imaginejax.data.budget`), every file's checksum, and each array's
@@ -41,11 +41,11 @@ from typing import Any, Literal
 
 import numpy as np
 
+from imaginejax.core.files import file_sha256, staged_dir
 from imaginejax.data.budget import DecodeBudget
 from imaginejax.data.errors import DatasetError
 from imaginejax.data.types import TrajectoryDataset
 from imaginejax.data.validate import ARRAY_FIELDS, DatasetDims, EnvFacts, validate_dataset, validate_for_env
-from imaginejax.files import file_sha256, staged_dir
 
 __all__ = [
     "ARRAY_FORMATS",

@@ -1,7 +1,8 @@
 """ImagineJAX: offline RL from real and imaginary rollouts, natively in JAX.
 
-``imaginejax.fit`` (:mod:`imaginejax.api`) trains from Python; ``imaginejax.Policy``
-(:mod:`imaginejax.policy`) loads and runs a trained policy.
+``imaginejax.fit`` trains from Python and returns the results; ``imaginejax.table`` and ``imaginejax.curves``
+summarise them; ``imaginejax.Policy.from_results`` / ``Policy.load`` give a trained policy;
+``imaginejax.load_results`` reads a workspace.
 """
 
 from typing import Any
@@ -9,15 +10,18 @@ from typing import Any
 __version__ = "0.1.0"
 
 # Resolved on first use, so importing a lower layer never loads the application (tests/test_layers.py).
-_ENTRY_POINTS = {"fit": "imaginejax.api", "Policy": "imaginejax.policy"}
+_ENTRY_POINTS = {"fit": "imaginejax.api:fit", "Policy": "imaginejax.bench.policy:Policy",
+                 "table": "imaginejax.bench.report:table", "curves": "imaginejax.bench.figures:curves",
+                 "load_results": "imaginejax.bench.results:load_sweep"}
 
 
 def __getattr__(name: str) -> Any:
     if name in _ENTRY_POINTS:
         import importlib
 
-        return getattr(importlib.import_module(_ENTRY_POINTS[name]), name)
+        module, attribute = _ENTRY_POINTS[name].split(":")
+        return getattr(importlib.import_module(module), attribute)
     raise AttributeError(f"module 'imaginejax' has no attribute {name!r}")
 
 
-__all__ = ["Policy", "__version__", "fit"]
+__all__ = ["Policy", "__version__", "curves", "fit", "load_results", "table"]

@@ -1,14 +1,14 @@
 """``fit()``: train from Python in one call, on the path of ``imaginejax train``.
 
-    from imaginejax import fit
-    results = fit("bc", env="clevr", real=["data/clevr-train-real"], seeds=3, updates=2000)
-    print(results.table())
-    policy = results.policy(seed=0)
+    import imaginejax
+    results = imaginejax.fit("bc", env="clevr", real=["data/clevr-train-real"], seeds=3, updates=2000)
+    print(imaginejax.table(results))
+    policy = imaginejax.Policy.from_results(results, seed=0)
 
-The arguments become a :class:`~imaginejax.config.Config` (a preset, then the arguments, then
-``overrides`` as ``--set`` strings), checked like the command line's, and :func:`imaginejax.bench.train`
+The arguments become a :class:`~imaginejax.bench.config.Config` (a preset, then the arguments, then
+``overrides`` as ``--set`` strings), checked like the command line's, and :func:`imaginejax.bench.protocol.train`
 runs the sweep in a workspace: ``out``, or a temporary directory removed afterwards (the trained states
-stay in the returned :class:`~imaginejax.results.Results`).
+stay in the returned :class:`~imaginejax.bench.results.Results`).
 """
 
 from __future__ import annotations
@@ -21,13 +21,13 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from imaginejax import algos as algo_registry
-from imaginejax import distributed
-from imaginejax.config import Config, ConfigError, apply_override, from_dict, read_preset, validate
-from imaginejax.data import TrajectoryDataset, save_dataset
-from imaginejax.paths import absolute
-from imaginejax.results import Results
+from imaginejax.bench.config import Config, ConfigError, apply_override, from_dict, read_preset, validate
+from imaginejax.bench.datasets import DataArg
+from imaginejax.bench.results import Results
+from imaginejax.core.paths import absolute
+from imaginejax.core.runlog import log_stderr
+from imaginejax.data import TrajectoryDataset
 
-DataArg = str | os.PathLike[str] | TrajectoryDataset
 # fit's argument -> the configuration field it sets (an error about the field names the argument).
 ARGUMENTS = {"algo": "train.algos", "env": "data.env", "seeds": "train.seeds", "ratios": "train.ratios",
              "updates": "train.updates", "intervals": "train.intervals", "batch_size": "train.batch_size",
@@ -69,17 +69,16 @@ def _hp_section(hp: Mapping[str, Any], names: Sequence[str]) -> dict[str, dict[s
     return tables
 
 
-def _paths(datasets: DataArg | Sequence[DataArg] | None, kind: str, folder: Path) -> list[Path]:
-    """Dataset directories: paths as given, datasets in memory saved under ``folder`` first (by the
-    writer process; the others name the same directories)."""
+def _datasets(datasets: DataArg | Sequence[DataArg] | None, kind: str) -> list[DataArg]:
+    """fit's ``real`` / ``imaginary`` as a list for training: datasets in memory as they are (never written
+    to disk), directories checked to hold a dataset and made absolute."""
     if datasets is None:
         return []
     items = [datasets] if isinstance(datasets, (str, os.PathLike, TrajectoryDataset)) else list(datasets)
-    out = []
-    for i, item in enumerate(items):
+    out: list[DataArg] = []
+    for item in items:
         if isinstance(item, TrajectoryDataset):
-            path = folder / f"{kind}-{i}"
-            out.append(save_dataset(item, path, overwrite=True) if distributed.is_writer() else path)
+            out.append(item)
         elif isinstance(item, (str, os.PathLike)):
             if not (Path(item) / "manifest.json").is_file():
                 raise ConfigError(f"{kind}: {item} is not a dataset directory (no manifest.json): pass directories "
@@ -111,7 +110,7 @@ def configure(algo: str | Sequence[str], env: str, *, imaginary: bool, seeds: in
     Raises:
       ConfigError: naming fit's argument (or the ``overrides`` key) and the fix.
     """
-    from imaginejax.bench import check_algorithms
+    from imaginejax.bench.sweeps import check_algorithms
 
     names = [algo] if isinstance(algo, str) else list(algo)
     raw: dict[str, Any] = read_preset(preset) if preset else {}
@@ -173,18 +172,19 @@ def fit(algo: str | Sequence[str] = "bc", env: str = "clevr",
       preset: a preset of ``experiments/presets`` under the arguments (network widths, per-algorithm hp).
       overrides: ``"key=value"`` strings on top, as ``--set`` of the command line, or ``{key: value}``.
       out: the workspace (kept, resumable); None: a temporary one. Under several processes
-        (:mod:`imaginejax.distributed`) every process trains; ``out`` is then required, on storage all see.
+        (:mod:`imaginejax.core.distributed`) every process trains; ``out`` is then required, on storage all see.
       log: message sink (default: stderr).
 
     Returns:
-      The :class:`~imaginejax.results.Results`: ``.table()``, ``.curves()``, ``.policy(algo=, seed=, ...)``.
+      The :class:`~imaginejax.bench.results.Results` (plain data): ``imaginejax.table(results)``,
+      ``imaginejax.curves(results)``, ``imaginejax.Policy.from_results(results, algo=, seed=, ...)``.
 
     Raises:
       ConfigError: an argument is invalid (named with the fix).
     """
     import jax
 
-    from imaginejax import bench
+    from imaginejax.bench import protocol
 
     if out is None and jax.process_count() > 1:
         raise ConfigError(f"fit() in a job of {jax.process_count()} processes needs out=: a workspace on storage "
@@ -192,10 +192,8 @@ def fit(algo: str | Sequence[str] = "bc", env: str = "clevr",
     config = configure(algo, env, imaginary=imaginary is not None, seeds=seeds, ratios=ratios, hp=hp,
                        updates=updates, intervals=intervals, batch_size=batch_size, eval_levels=eval_levels,
                        eval_episodes=eval_episodes, preset=preset, overrides=overrides)
+    given_real, given_imaginary = _datasets(real, "real"), _datasets(imaginary, "imaginary")
     with tempfile.TemporaryDirectory(prefix="imaginejax-fit-") as scratch:
-        workspace = absolute(out if out is not None else scratch)
-        real_paths = distributed.writer_first(lambda: _paths(real, "real", workspace / "data"))
-        imaginary_paths = distributed.writer_first(lambda: _paths(imaginary, "imaginary", workspace / "data"))
-        outcome = bench.train(config, workspace, real_paths=real_paths, imaginary_paths=imaginary_paths,
-                              log=log or bench.log_stderr)
+        outcome = protocol.train(config, absolute(out if out is not None else scratch), real=given_real,
+                                 imaginary=given_imaginary, log=log or log_stderr)
     return outcome.results

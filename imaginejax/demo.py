@@ -28,13 +28,15 @@ from pathlib import Path
 
 import jax
 
-from imaginejax.bench import RANDOM_FILE, RANDOM_FIX, eval_episodes, evaluation_levels, report, train
-from imaginejax.config import load_config
-from imaginejax.files import fields_of, read_json
+from imaginejax.bench.config import load_config
+from imaginejax.bench.protocol import report, train
+from imaginejax.bench.report import table
+from imaginejax.bench.results import Results
+from imaginejax.bench.sweeps import eval_episodes, evaluation_levels
+from imaginejax.bench.workspace import RANDOM_FILE, RANDOM_FIX
+from imaginejax.core.files import fields_of, read_json
+from imaginejax.core.paths import absolute, cache_root
 from imaginejax.data import LEVELS
-from imaginejax.paths import absolute, cache_root
-from imaginejax.report import table
-from imaginejax.results import Results
 
 
 def _log(msg: str) -> None:
@@ -93,8 +95,3 @@ def main(argv: list[str] | None = None) -> str:
           f"(results.md, runs/, sources.json)")
     return protocol
 
-
-if __name__ == "__main__":
-    from imaginejax.cli import main as cli_main
-
-    raise SystemExit(cli_main(["demo", *sys.argv[1:]]))

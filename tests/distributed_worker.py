@@ -27,12 +27,13 @@ import numpy as np  # noqa: E402
 from imaginejax import algos, envs  # noqa: E402
 from imaginejax.algos.base import Spec  # noqa: E402
 from imaginejax.algos.networks import NetConfig  # noqa: E402
-from imaginejax.bench import interface  # noqa: E402
+from imaginejax.bench.sweeps import interface  # noqa: E402
 from imaginejax.data import load_dataset, save_dataset  # noqa: E402
 from imaginejax.data.collect import collect, random_policy  # noqa: E402
 from imaginejax.data.transitions import to_transitions  # noqa: E402
-from imaginejax.engine import EngineConfig, make_train  # noqa: E402
-from imaginejax.sweep import Sweep, run_sweep  # noqa: E402
+from imaginejax.training.kernel import EngineConfig
+from imaginejax.training.loop import make_train  # noqa: E402
+from imaginejax.training.sweep import Sweep, run_sweep  # noqa: E402
 
 NET = NetConfig(encoder_width=16, hidden=(16,))
 

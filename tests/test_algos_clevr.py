@@ -23,10 +23,12 @@ from imaginejax.algos.base import Spec
 from imaginejax.algos.combo import ComboConfig
 from imaginejax.algos.combo_discrete import make_discrete_combo
 from imaginejax.algos.networks import NetConfig
+from imaginejax.bench.workspace import random_policy_success
 from imaginejax.data import to_transitions
-from imaginejax.bench import cached_expert_data, random_policy_success
-from imaginejax.engine import EngineConfig, broadcast_runs, make_train
+from imaginejax.data.experts import cached_expert_data
 from imaginejax.lang import encode_instructions
+from imaginejax.training.kernel import EngineConfig, broadcast_runs
+from imaginejax.training.loop import make_train
 
 NET = NetConfig(encoder_width=128, hidden=(128,))
 SEEDS = 2

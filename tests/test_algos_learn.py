@@ -15,8 +15,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
 import toy_continuous_env as reach
+from toy_env import NUM_TASKS, STATE_DIM, ToyEnv, expert_dataset
+
 from imaginejax.algos.base import Spec
 from imaginejax.algos.bcq_discrete import make_bcq
 from imaginejax.algos.cql_discrete import make_cql
@@ -24,8 +25,8 @@ from imaginejax.algos.networks import NetConfig
 from imaginejax.algos.td3bc import make_td3bc
 from imaginejax.algos.td3bc_discrete import make_discrete_td3bc
 from imaginejax.data.transitions import to_transitions
-from imaginejax.engine import EngineConfig, broadcast_runs, make_train
-from toy_env import NUM_TASKS, STATE_DIM, ToyEnv, expert_dataset
+from imaginejax.training.kernel import EngineConfig, broadcast_runs
+from imaginejax.training.loop import make_train
 
 DISCRETE = Spec(state_dim=STATE_DIM, embed_dim=NUM_TASKS, discrete=True, action_dim=NUM_TASKS)
 CONTINUOUS = Spec(state_dim=reach.STATE_DIM, embed_dim=reach.NUM_TASKS, discrete=False,

@@ -13,17 +13,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
 import toy_continuous_env as reach
+
 from imaginejax.algos.base import Spec
-from imaginejax.algos.bcq import (ContinuousBCQConfig, make_continuous_bcq, select_by_q,
-                                  soft_clipped_double_q, vae_loss)
+from imaginejax.algos.bcq import ContinuousBCQConfig, make_continuous_bcq, select_by_q, soft_clipped_double_q, vae_loss
 from imaginejax.algos.bcq_discrete import make_bcq
 from imaginejax.algos.common import DataStats
 from imaginejax.algos.networks import NetConfig
 from imaginejax.data.transitions import to_transitions
 from imaginejax.data.types import Batch
-from imaginejax.engine import EngineConfig, broadcast_runs, make_train
+from imaginejax.training.kernel import EngineConfig, broadcast_runs
+from imaginejax.training.loop import make_train
 
 S, E, A = 2, 3, 2
 WIDTH = 8

@@ -1,4 +1,4 @@
-"""imaginejax.checkpoint on orbax-checkpoint: the format is orbax's (orbax reads a checkpoint back on its
+"""imaginejax.core.checkpoint on orbax-checkpoint: the format is orbax's (orbax reads a checkpoint back on its
 own), every dtype round-trips bit for bit, the last N are kept, a process SIGKILLed mid-save never leaves a
 checkpoint that loads, and damaged / missing / foreign checkpoints raise CheckpointError naming the file
 and the way out."""
@@ -21,8 +21,8 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from imaginejax.checkpoint import (CheckpointError, checkpoint_path, flatten_named, is_checkpoint,
-                                   list_checkpoints, load_checkpoint, save_checkpoint, unflatten_named)
+from imaginejax.core.checkpoint import (CheckpointError, checkpoint_path, flatten_named, is_checkpoint,
+                                        list_checkpoints, load_checkpoint, save_checkpoint, unflatten_named)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -119,7 +119,7 @@ KILLER = textwrap.dedent("""
     import os, signal, sys
     sys.path.insert(0, sys.argv[1])
     import numpy as np
-    import imaginejax.checkpoint as C
+    import imaginejax.core.checkpoint as C
 
     directory, where = sys.argv[2], sys.argv[3]
     arrays = {"w": np.arange(200_000, dtype=np.float32), "key": np.arange(8, dtype=np.uint32).reshape(4, 2)}

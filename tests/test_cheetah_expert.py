@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from imaginejax.algos.networks import NetConfig, TanhGaussianActor
-from imaginejax.checkpoint import CheckpointError
+from imaginejax.core.checkpoint import CheckpointError
 from imaginejax.data.collect import collect
 from imaginejax.envs.cheetah import expert as E
 from imaginejax.envs.cheetah import tasks

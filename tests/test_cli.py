@@ -21,10 +21,11 @@ import jax
 import numpy as np
 import pytest
 
-from imaginejax import algos, cli, config as config_lib
-from imaginejax.checkpoint import list_checkpoints, load_checkpoint
-from imaginejax.config import ConfigError, load_config
-from imaginejax.runlog import MetricsLog
+from imaginejax import algos, cli
+from imaginejax.bench import config as config_lib
+from imaginejax.bench.config import ConfigError, load_config
+from imaginejax.core.checkpoint import list_checkpoints, load_checkpoint
+from imaginejax.core.runlog import MetricsLog
 
 INTERVALS = 2
 
@@ -124,14 +125,14 @@ def test_bench_trains_logs_reports_and_resumes(bench_run):
 def test_results_in_memory_equal_the_results_read_back(bench_run, tmp_path):
     """The one results path: what training returns is exactly what load_sweep reads from its directory,
     and both give the printed table."""
-    from imaginejax import bench
-    from imaginejax.report import table
-    from imaginejax.results import load_sweep
+    from imaginejax.bench import protocol
+    from imaginejax.bench.report import table
+    from imaginejax.bench.results import load_sweep
 
     sets = [s for s in bench_run["bench_argv"] if s.startswith(("data.", "imagine.", "train.", "report."))]
     config = load_config("clevr-quick", sets)
     out = tmp_path / "ws"
-    outcome = bench.train(config, out, log=lambda message: None)
+    outcome = protocol.train(config, out, log=lambda message: None)
     results = outcome.results
     assert len(results.runs) == 8 and results.levels == ("train", "rephrase", "easy", "hard")
     assert [(r.seed, r.data) for r in results.runs[:4]] == [(0, ""), (1, ""), (0, "oracle/rephrase"),
@@ -151,10 +152,10 @@ def test_interrupted_train_resumes_to_the_uninterrupted_result(bench_run, monkey
     another working directory, stopped by Ctrl-C right after its first checkpoint: one line and exit
     status 130; then the same command again must end exactly where bench's run ended, a re-run of the
     finished command reads its checkpoints, and ``export`` with relative paths writes its policy."""
-    from imaginejax import engine
-    from imaginejax.policy import Policy
+    from imaginejax.bench.policy import Policy
+    from imaginejax.training import loop
 
-    original = engine.save_checkpoint
+    original = loop.save_checkpoint
 
     def save_then_interrupt(*args, **kwargs):
         original(*args, **kwargs)
@@ -163,12 +164,12 @@ def test_interrupted_train_resumes_to_the_uninterrupted_result(bench_run, monkey
     root = bench_run["root"]
     monkeypatch.chdir(root)  # relative paths below: orbax refuses them unless made absolute where they enter
     argv = ["train", "--algo", "bc", "--real", "real", "--out", "ws-resumed"] + tiny(Path("data"))
-    monkeypatch.setattr(engine, "save_checkpoint", save_then_interrupt)
+    monkeypatch.setattr(loop, "save_checkpoint", save_then_interrupt)
     status, _, err = run(argv)
     assert status == 130 and "Traceback" not in err
     assert err.strip().splitlines()[-1] == ("imaginejax train: bc interrupted after interval 1/2: re-run the same "
                                             "command to resume")
-    monkeypatch.setattr(engine, "save_checkpoint", original)
+    monkeypatch.setattr(loop, "save_checkpoint", original)
     resumed_dir = root / "ws-resumed" / "runs" / "bc"
     assert [r["interval"] for r in MetricsLog(resumed_dir).records()] == [1] * 8
 
@@ -217,7 +218,7 @@ def test_oracle_data_is_given_as_dataset_directories(bench_run):
     collecting them: the same datasets the bench run collected and cached give the same sources; a dataset of
     the train level or an imaginary one is refused naming it, and so is oracle data for a sweep that trains no
     oracle condition, all before anything trains."""
-    from imaginejax import bench
+    from imaginejax.bench import datasets, protocol, workspace
     from imaginejax.data import load_dataset, read_manifest, save_dataset
 
     root = bench_run["root"]
@@ -227,12 +228,12 @@ def test_oracle_data_is_given_as_dataset_directories(bench_run):
     levels = sorted(read_manifest(p)["level"] for p in cached)
     assert levels == ["easy", "hard", "rephrase"]
     real = [load_dataset(bench_run["real"])]
-    collected = bench.mixed_sources(config, real, root / "unused")
-    given = bench.mixed_sources(config, real, root / "unused", oracle_paths=cached)
+    collected = datasets.mixed_sources(config, real, root / "unused")
+    given = datasets.mixed_sources(config, real, root / "unused", oracle=cached)
     assert sorted(given) == sorted(collected) == [f"oracle/{level}" for level in levels]
-    assert {k: bench.fingerprint(v) for k, v in given.items()} == {k: bench.fingerprint(v) for k, v in collected.items()}
-    assert "oracle data: the given --oracle datasets (easy, hard, rephrase)" in bench.plan(config, root / "ws-plan",
-                                                                                 oracle_paths=cached)
+    assert {k: workspace.fingerprint(v) for k, v in given.items()} == {k: workspace.fingerprint(v) for k, v in collected.items()}
+    assert "oracle data: the given --oracle datasets (easy, hard, rephrase)" in protocol.plan(config, root / "ws-plan",
+                                                                                 oracle=cached)
 
     base = ["train", "--algo", "bc", "--real", str(bench_run["real"]), "--out", str(root / "ws-oracle")] + tiny(root / "data")
     status, _, err = run(base + ["--oracle", str(bench_run["real"])])
@@ -264,7 +265,7 @@ def test_report_of_a_workspace_and_of_a_sweep(bench_run):
 def test_a_workspace_reads_back_through_relative_paths_from_another_directory(bench_run, monkeypatch):
     """Relative paths from another working directory: export reads the final checkpoint (orbax refuses
     relative paths unless they are made absolute where they enter), report reads the sweep."""
-    from imaginejax.policy import Policy
+    from imaginejax.bench.policy import Policy
 
     (bench_run["root"] / "elsewhere").mkdir()
     monkeypatch.chdir(bench_run["root"] / "elsewhere")
@@ -279,7 +280,7 @@ def test_bench_defaults_to_every_registered_algorithm_of_the_action_space():
     """bench trains ``train.algos`` or, when empty, every registered algorithm for the action space (the
     training path itself is exercised above with BC)."""
     from imaginejax.algos.base import Spec
-    from imaginejax.bench import algorithm_names
+    from imaginejax.bench.sweeps import algorithm_names
 
     discrete = Spec(state_dim=17, embed_dim=0, discrete=True, action_dim=7)
     continuous = Spec(state_dim=18, embed_dim=0, discrete=False, action_dim=6)
@@ -380,7 +381,7 @@ def test_algorithm_settings_are_checked_before_any_data_work(tmp_path):
 
 
 def test_ctrl_c_ends_a_command_with_one_line_and_status_130(monkeypatch):
-    from imaginejax.checkpoint import Interrupted
+    from imaginejax.core.checkpoint import Interrupted
 
     def interrupted(args):
         raise Interrupted("bc interrupted after interval 2/4")
@@ -394,11 +395,11 @@ def test_ctrl_c_ends_a_command_with_one_line_and_status_130(monkeypatch):
 
 
 def test_the_plan_counts_the_runs_each_algorithm_trains(tmp_path):
-    from imaginejax import bench
+    from imaginejax.bench import protocol
 
     config = load_config("clevr-quick", ['train.algos=["bc", "cql"]', "train.algo.cql.sweep.alpha=[1, 5, 10]",
                                          "train.seeds=1", 'imagine.levels=["easy"]', "train.intervals=1"])
-    text = bench.plan(config, tmp_path)
+    text = protocol.plan(config, tmp_path)
     assert ("runs: bc 3, cql 9 (1 seed × 3 data configurations × cql's 3 hyperparameter settings)" in text
             and "evaluation: once" in text and "192 imaginary rollouts" not in text), text
 
@@ -437,7 +438,7 @@ def test_values_presets_and_overrides():
     assert reference.imagine.level_episodes == {"rephrase": 5600, "easy": 72400, "hard": 1680}
     # Every hyperparameter a preset names exists in that algorithm's hp pytree (CLEVR's interface).
     from imaginejax.algos.base import Spec
-    from imaginejax.sweep import Sweep
+    from imaginejax.training.sweep import Sweep
 
     discrete = {"clevr": True, "babyai": True, "cheetah": False, "metaworld": False, "libero": False}
     for preset in config_lib.available_presets():
@@ -457,8 +458,8 @@ def test_values_presets_and_overrides():
 
 
 def test_progress_bar_mode_counts_run_intervals_and_rates():
-    from imaginejax import progress
-    from imaginejax.engine import IntervalEvent
+    from imaginejax.training import progress
+    from imaginejax.training.loop import IntervalEvent
 
     stream = io.StringIO()
     bar = progress.IntervalProgress("cql", num_runs=4, num_intervals=3, updates_per_interval=100,
@@ -476,8 +477,8 @@ def test_progress_bar_mode_counts_run_intervals_and_rates():
 
 
 def test_progress_lines_say_compiling_and_time_the_eta_without_compilation():
-    from imaginejax import progress
-    from imaginejax.engine import IntervalEvent
+    from imaginejax.training import progress
+    from imaginejax.training.loop import IntervalEvent
 
     stream = io.StringIO()
     lines = progress.IntervalProgress("bc", num_runs=2, num_intervals=4, updates_per_interval=10,
@@ -499,7 +500,7 @@ def test_progress_lines_say_compiling_and_time_the_eta_without_compilation():
 
 
 def test_metric_sinks_tensorboard_and_missing_packages(tmp_path, monkeypatch):
-    from imaginejax.progress import MetricSinks, MissingDependency
+    from imaginejax.training.progress import MetricSinks, MissingDependency
 
     MetricsLog(tmp_path).write_interval(0, 1, 50, 1.0, np.arange(2), np.ones(2, bool), {"loss": np.asarray([0.5, 0.25])},
                                         {"train": np.asarray([0.0, 1.0])}, {"train": np.zeros(2)})
@@ -666,7 +667,7 @@ def test_damaged_workspace_files_name_themselves_and_the_fix(bench_run, tmp_path
 def test_a_sweep_too_large_for_the_host_is_refused_with_its_estimate_before_any_work(tmp_path, monkeypatch):
     """train.seeds=1000000: refused by counting, naming train.seeds and the estimate, with nothing built,
     collected or created (before: the plan, then minutes of building a million keys and tables)."""
-    from imaginejax import sweep
+    from imaginejax.training import sweep
 
     monkeypatch.setattr(sweep, "available_memory", lambda: 1 << 30)
     data, ws = tmp_path / "data", tmp_path / "ws"

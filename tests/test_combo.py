@@ -13,12 +13,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
 import toy_continuous_env as reach
+from toy_env import NUM_TASKS, STATE_DIM, ToyEnv, expert_dataset
+
 from imaginejax.algos.base import Spec
-from imaginejax.algos.common import DataStats
 from imaginejax.algos.combo import ComboConfig, make_combo
 from imaginejax.algos.combo_discrete import make_discrete_combo
+from imaginejax.algos.common import DataStats
 from imaginejax.algos.cql import continuous_cql_critic_objective
 from imaginejax.algos.cql_discrete import cql_loss
 from imaginejax.algos.dynamics import (DynamicsConfig, dynamics_inputs, dynamics_step, dynamics_targets, gaussian_nll,
@@ -28,8 +29,8 @@ from imaginejax.algos.rollouts import (combo_weights, init_model_buffer, model_r
                                        success_terminal_fn, write_model_rows)
 from imaginejax.data.transitions import to_transitions
 from imaginejax.data.types import Batch
-from imaginejax.engine import EngineConfig, broadcast_runs, make_train
-from toy_env import NUM_TASKS, STATE_DIM, ToyEnv, expert_dataset
+from imaginejax.training.kernel import EngineConfig, broadcast_runs
+from imaginejax.training.loop import make_train
 
 NET = NetConfig(encoder_width=8, hidden=(8,))
 SMALL = NetConfig(encoder_width=32, hidden=(32,))

@@ -12,16 +12,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
 import toy_continuous_env as reach
+
 from imaginejax.algos.base import Spec
 from imaginejax.algos.common import DataStats, RowWeights, twin_critic_loss
-from imaginejax.algos.cql import (cql_action_samples, continuous_cql_critic_objective, continuous_cql_regularizer,
+from imaginejax.algos.cql import (continuous_cql_critic_objective, continuous_cql_regularizer, cql_action_samples,
                                   make_continuous_cql, sac_actor_loss, temperature_loss)
 from imaginejax.algos.networks import SAC_NET, NetConfig, TwinCritic, sample_tanh_gaussian, tanh_gaussian_log_prob
 from imaginejax.data.transitions import to_transitions
 from imaginejax.data.types import Batch
-from imaginejax.engine import EngineConfig, broadcast_runs, make_train
+from imaginejax.training.kernel import EngineConfig, broadcast_runs
+from imaginejax.training.loop import make_train
 
 NET = NetConfig(encoder_width=8, hidden=(8,))
 SMALL = NetConfig(encoder_width=32, hidden=(32,))

@@ -15,16 +15,9 @@ import numpy as np
 import pytest
 
 import imaginejax.data.io as data_io
-from imaginejax import files
-from imaginejax.data import (
-    SCHEMA_VERSION,
-    DatasetError,
-    TrajectoryDataset,
-    load_dataset,
-    read_manifest,
-    save_dataset,
-    validate_dataset,
-)
+from imaginejax.core import files
+from imaginejax.data import (SCHEMA_VERSION, DatasetError, TrajectoryDataset, load_dataset, read_manifest, save_dataset,
+                             validate_dataset)
 
 
 def make_dataset(discrete: bool = True, *, n: int = 5, t: int = 6, seed: int = 0) -> TrajectoryDataset:

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from imaginejax import distributed
+from imaginejax.core import distributed
 
 WORKER = Path(__file__).parent / "distributed_worker.py"
 HEARTBEAT = 10  # seconds a dead process is waited for
@@ -148,8 +148,8 @@ def test_a_process_started_differently_is_named_by_every_process(tmp_path, odd, 
     workspace was made with the first settings: every process exits 2 naming the key, none in a gloo
     traceback (before, only the odd process named it — the workspace check ran first on it alone — and
     process 0 died with 'Connection closed by peer')."""
-    from imaginejax.bench import open_workspace
-    from imaginejax.config import load_config
+    from imaginejax.bench.config import load_config
+    from imaginejax.bench.workspace import open_workspace
 
     ws = tmp_path / "ws"
     sets = [f"data.dir={json.dumps(str(tmp_path / 'data'))}", 'train.algos=["bc"]', "train.updates=20", "train.intervals=2"]

@@ -6,14 +6,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from toy_env import NUM_TASKS, STATE_DIM, ToyEnv, expert_dataset
 
 from imaginejax.algos.base import Spec
 from imaginejax.algos.bc import BCHyperparams, make_bc
 from imaginejax.algos.networks import NetConfig
 from imaginejax.data.transitions import to_transitions
-from imaginejax.engine import EngineConfig, broadcast_runs, make_train
-
-from toy_env import NUM_TASKS, STATE_DIM, ToyEnv, expert_dataset
+from imaginejax.training.kernel import EngineConfig, broadcast_runs
+from imaginejax.training.loop import make_train
 
 SPEC = Spec(state_dim=STATE_DIM, embed_dim=NUM_TASKS, discrete=True, action_dim=NUM_TASKS)
 NET = NetConfig(encoder_width=32, hidden=(32,))

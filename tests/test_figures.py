@@ -1,4 +1,4 @@
-"""Figures and tables of sweeps (imaginejax.figures, report, results) on hand-written run directories: learning-curve and
+"""Figures and tables of sweeps (imaginejax.bench.figures, report, results) on hand-written run directories: learning-curve and
 bar-chart data against hand-computed IQMs and means, non-finite runs left out, PNGs that decode to
 images, CSVs that hold exactly the plotted numbers, workspace discovery."""
 
@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from imaginejax import figures
-from imaginejax.report import table
-from imaginejax.results import find_sweeps, load_sweep
-from imaginejax.runlog import MetricsLog
-from imaginejax.stats import iqm, stratified_bootstrap_ci
+from imaginejax.bench import figures
+from imaginejax.bench.report import table
+from imaginejax.bench.results import find_sweeps, load_sweep
+from imaginejax.bench.stats import iqm, stratified_bootstrap_ci
+from imaginejax.core.runlog import MetricsLog
 
 LEVELS = ("train", "hard")
 STEPS = (100, 200)
@@ -30,7 +30,7 @@ FINITE = {1: [True] * 8, 2: [True] * 7 + [False]}
 
 
 def write_sweep(run_dir: Path, algo: str = "bc", lr_values=(1e-3,)) -> None:
-    """A sweep directory as imaginejax.sweep.run_sweep and the engine leave it (table + metrics)."""
+    """A sweep directory as imaginejax.training.sweep.run_sweep and the engine leave it (table + metrics)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     table = []
     for run in range(8):
@@ -134,15 +134,15 @@ def test_figures_and_csv_written(tmp_path):
 
 def test_report_names_its_files_by_statistic(tmp_path):
     """The mean report goes to results-mean.md and figures-mean/, next to the IQM's, which it leaves alone."""
-    from imaginejax import bench
-    from imaginejax.config import Config, ReportConfig
+    from imaginejax.bench import protocol
+    from imaginejax.bench.config import Config, ReportConfig
 
     write_sweep(tmp_path / "sweep")
     results = load_sweep(tmp_path / "sweep")
-    iqm_text = bench.report(results, tmp_path / "sweep", Config(report=ReportConfig(statistic="iqm", reps=50)),
+    iqm_text = protocol.report(results, tmp_path / "sweep", Config(report=ReportConfig(statistic="iqm", reps=50)),
                             log=lambda _: None)
     iqm_files = {p.name: p.read_bytes() for p in (tmp_path / "sweep" / "figures").iterdir()}
-    mean_text = bench.report(results, tmp_path / "sweep", Config(report=ReportConfig(statistic="mean", reps=50)),
+    mean_text = protocol.report(results, tmp_path / "sweep", Config(report=ReportConfig(statistic="mean", reps=50)),
                              log=lambda _: None)
     assert (tmp_path / "sweep" / "results.md").read_text().strip() == iqm_text
     assert (tmp_path / "sweep" / "results-mean.md").read_text().strip() == mean_text
@@ -165,7 +165,7 @@ def test_missing_sweep_and_empty_metrics_are_reported(tmp_path):
 
 
 def test_missing_matplotlib_names_the_install(tmp_path, monkeypatch):
-    from imaginejax.progress import MissingDependency
+    from imaginejax.training.progress import MissingDependency
 
     write_sweep(tmp_path / "sweep")
     results = load_sweep(tmp_path / "sweep")

@@ -1,4 +1,4 @@
-"""Atomic writes of imaginejax.files: whole content or the old content, never a temp file left."""
+"""Atomic writes of imaginejax.core.files: whole content or the old content, never a temp file left."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from imaginejax import files
+from imaginejax.core import files
 
 
 def test_write_text_json_bytes_replace_whole_files(tmp_path: Path) -> None:
@@ -62,8 +62,8 @@ def test_staged_dir_replaces_only_with_overwrite(tmp_path: Path, monkeypatch: py
 def test_logs_are_never_appended_through_a_link(tmp_path: Path) -> None:
     """train.log / metrics.jsonl planted as a symbolic link, a hard link, a FIFO or a directory: refused,
     naming the file and the fix, and the file outside the workspace keeps its bytes."""
-    from imaginejax.progress import IntervalProgress
-    from imaginejax.runlog import MetricsLog
+    from imaginejax.core.runlog import MetricsLog
+    from imaginejax.training.progress import IntervalProgress
 
     outside = tmp_path / "outside.txt"
     outside.write_text("secret\n")

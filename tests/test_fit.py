@@ -8,11 +8,12 @@ import jax
 import numpy as np
 import pytest
 
+import imaginejax
 from imaginejax import Policy, algos, fit
-from imaginejax.bench import expert_dataset
-from imaginejax.config import ConfigError
-from imaginejax.results import load_sweep
-from imaginejax.sweep import RunSpec, Sweep
+from imaginejax.bench.config import ConfigError
+from imaginejax.bench.results import load_sweep
+from imaginejax.data.experts import expert_dataset
+from imaginejax.training.sweep import RunSpec, Sweep
 
 SMALL = ["train.encoder_width=32", "train.hidden=[32, 32]"]
 
@@ -44,9 +45,9 @@ def test_fit_gives_a_table_curves_and_every_run(trained):
     assert load_sweep(trained["workspace"]) == results  # the one results path: in memory == read back
     assert [(r.algo, r.seed) for r in results.runs] == [("bc", 0), ("bc", 1), ("td3bc", 0), ("td3bc", 1)]
     assert results.levels == ("train",)
-    text = results.table()
+    text = imaginejax.table(results)
     assert "bc, ratio 0" in text and "td3bc, ratio 0" in text
-    curves = results.curves()
+    curves = imaginejax.curves(results)
     assert {(c["group"], c["step"]) for c in curves} == {(g, s) for g in ("bc, ratio 0", "td3bc, ratio 0")
                                                          for s in (50, 100)}
     assert all(0.0 <= c["point"] <= 1.0 for c in curves)
@@ -55,7 +56,7 @@ def test_fit_gives_a_table_curves_and_every_run(trained):
 @pytest.mark.parametrize("algo", ["bc", "td3bc"])
 def test_policy_saved_and_loaded_acts_bitwise_like_the_engine(trained, algo, tmp_path):
     results, obs = trained["results"], trained["obs"]
-    policy = results.policy(algo=algo, seed=1)
+    policy = imaginejax.Policy.from_results(results, algo=algo, seed=1)
     expected = _engine_actions(results, algo, policy.provenance["run"], obs)
     np.testing.assert_array_equal(policy.predict(obs), expected)
     policy.save(tmp_path / "policy")
@@ -69,13 +70,13 @@ def test_policy_saved_and_loaded_acts_bitwise_like_the_engine(trained, algo, tmp
     assert not any("opt" in n or "critic" in n for n in names)
     assert any(n.startswith("state.stats") for n in names) == (algo == "td3bc")
     # The runs of another seed act differently: the policy is that run's, not any run's.
-    other = _engine_actions(results, algo, results.policy(algo=algo, seed=0).provenance["run"], obs)
+    other = _engine_actions(results, algo, imaginejax.Policy.from_results(results, algo=algo, seed=0).provenance["run"], obs)
     assert not np.array_equal(other, expected)
 
 
 def test_workspace_policy_from_the_final_checkpoint_equals_the_in_memory_one(trained):
-    from_disk = load_sweep(trained["workspace"]).policy(algo="td3bc", seed=0)
-    in_memory = trained["results"].policy(algo="td3bc", seed=0)
+    from_disk = imaginejax.Policy.from_results(load_sweep(trained["workspace"]), algo="td3bc", seed=0)
+    in_memory = imaginejax.Policy.from_results(trained["results"], algo="td3bc", seed=0)
     assert "step-00000002" in from_disk.provenance["source"] and in_memory.provenance["source"] == "memory"
     assert sorted(from_disk.tensors) == sorted(in_memory.tensors)
     for name, value in in_memory.tensors.items():
@@ -83,7 +84,7 @@ def test_workspace_policy_from_the_final_checkpoint_equals_the_in_memory_one(tra
 
 
 def test_act_embeds_the_instruction_with_the_recorded_encoder(trained):
-    policy = trained["results"].policy(algo="bc", seed=0)
+    policy = imaginejax.Policy.from_results(trained["results"], algo="bc", seed=0)
     real_dir = trained["root"] / "real"
     from imaginejax.data import load_dataset
 
@@ -96,9 +97,9 @@ def test_act_embeds_the_instruction_with_the_recorded_encoder(trained):
 
 def test_a_run_must_be_named_when_several_match(trained):
     with pytest.raises(ValueError, match=r"2 runs match \(algo='bc'\).*seed=0.*seed=1"):
-        trained["results"].policy(algo="bc")
+        imaginejax.Policy.from_results(trained["results"], algo="bc")
     with pytest.raises(ValueError, match=r"0 runs match \(algo='bc', seed=7\)"):
-        trained["results"].policy(algo="bc", seed=7)
+        imaginejax.Policy.from_results(trained["results"], algo="bc", seed=7)
 
 
 @pytest.mark.parametrize("kwargs,match", [

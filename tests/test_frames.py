@@ -20,7 +20,7 @@ from matplotlib.patches import Circle, FancyArrow, Polygon, Rectangle  # noqa: E
 from imaginejax import envs, frames  # noqa: E402
 from imaginejax.envs.babyai import grid as G  # noqa: E402
 from imaginejax.envs.clevr import physics  # noqa: E402
-from imaginejax.evaluation import evaluate  # noqa: E402
+from imaginejax.training.evaluation import evaluate  # noqa: E402
 
 
 def random_policy(env):
@@ -134,7 +134,8 @@ def test_no_opengl_is_reported_with_the_fix(monkeypatch):
 CHEETAH = textwrap.dedent("""
     import json, sys
     import jax, numpy as np
-    from imaginejax import envs, frames
+    from imaginejax import envs
+    from imaginejax.bench import frames
     env, params = envs.make("cheetah", "easy")
     _, first = env.reset_to_task_batch(jax.random.split(jax.random.PRNGKey(0), 1), params, np.array([0]))
     step = jax.jit(lambda s: env.step_batch(jax.random.split(jax.random.PRNGKey(1), 1), s, np.zeros((1, 6)), params)[1])
@@ -176,7 +177,8 @@ def test_cheetah_frames_render_through_mujoco(tmp_path):
 SCENES = textwrap.dedent("""
     import json, sys
     import jax, numpy as np
-    from imaginejax import envs, frames
+    from imaginejax import envs
+    from imaginejax.bench import frames
     out = {}
     for name in ("metaworld", "libero"):
         env, params = envs.make(name, "train")

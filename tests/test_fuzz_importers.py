@@ -32,8 +32,8 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from imaginejax.data import DatasetError
-from imaginejax.interop.reference import read_reference_file
 from imaginejax.data.safe_pickle import read_pickle
+from imaginejax.interop.reference import read_reference_file
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -493,7 +493,7 @@ POLICY_CHILD = textwrap.dedent("""
     resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))  # a record that allocates fails here, not the machine
     import numpy as np
     import safetensors.numpy
-    from imaginejax.policy import Policy, PolicyError
+    from imaginejax.bench.policy import Policy, PolicyError
 
     def too_slow(*_):
         raise TimeoutError("still loading after 20 s")
@@ -540,7 +540,7 @@ def policy_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from imaginejax.algos.base import Spec
     from imaginejax.algos.common import DataStats
     from imaginejax.algos.networks import NetConfig
-    from imaginejax.policy import Policy
+    from imaginejax.bench.policy import Policy
 
     spec, net = Spec(10, 0, True, 40), NetConfig(16, 2, (16, 16))
     algo = algos.make("bc", spec, net)

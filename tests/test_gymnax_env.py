@@ -27,7 +27,7 @@ from imaginejax import envs
 from imaginejax.interop import as_gymnax
 from imaginejax.interop.gymnax_env import GYMNAX_VERSION, INSTALL_GYMNAX
 from imaginejax.lang import EMBED_DIM, encode_instructions
-from imaginejax.progress import MissingDependency
+from imaginejax.training.progress import MissingDependency
 
 ROOT = Path(__file__).resolve().parents[1]
 PPO_FILE = ROOT / "experiments" / "experts" / "ppo_gymnax.py"

@@ -28,17 +28,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from dataset_helpers import assert_bit_exact, random_babyai_dataset
 
 import imaginejax.interop.reference as reference
 from imaginejax import envs
-from imaginejax.data import (DatasetError, EnvFacts, TrajectoryDataset, load_dataset, save_dataset,
-                             validate_for_env)
+from imaginejax.core.files import file_sha256
+from imaginejax.data import DatasetError, EnvFacts, TrajectoryDataset, load_dataset, save_dataset, validate_for_env
 from imaginejax.data.collect import collect, random_policy
-from imaginejax.interop.reference import export_reference, import_reference, load_npy, read_reference_file
 from imaginejax.data.safe_pickle import read_pickle
-from imaginejax.files import file_sha256
-
-from dataset_helpers import assert_bit_exact, random_babyai_dataset
+from imaginejax.interop.reference import export_reference, import_reference, load_npy, read_reference_file
 
 REPO = Path(__file__).resolve().parents[1]
 

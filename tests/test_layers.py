@@ -20,21 +20,33 @@ ROOT_PACKAGE = "imaginejax"
 # (rank, layer, module prefixes). A module belongs to the layer of its longest matching prefix; it may
 # import modules of its own rank or lower.
 LAYERS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
-    (0, "core", ("imaginejax", "imaginejax.files", "imaginejax.paths", "imaginejax.progress",
-                 "imaginejax.runlog", "imaginejax.weights", "imaginejax.data.types", "imaginejax.data.errors")),
+    # One rule per folder: imaginejax/core, envs/, lang/, data/, algos/, imaginejax/training,
+    # imaginejax/imaginer and imaginejax/interop are each one layer.
+    (0, "core", ("imaginejax", "imaginejax.core", "imaginejax.data.types", "imaginejax.data.errors")),
     (1, "envs", ("imaginejax.envs",)),
     (2, "lang", ("imaginejax.lang",)),
     (3, "data", ("imaginejax.data",)),
     (4, "algos", ("imaginejax.algos",)),
-    (5, "engine", ("imaginejax.engine", "imaginejax.sweep", "imaginejax.checkpoint", "imaginejax.evaluation",
-                   "imaginejax.distributed")),
+    (5, "training", ("imaginejax.training",)),
     (6, "imaginer", ("imaginejax.imaginer",)),
     (7, "interop", ("imaginejax.interop",)),
-    # The imaginer's quality study is a command-line driver over bench's data cache, like bench itself.
-    (8, "application", ("imaginejax.cli", "imaginejax.config", "imaginejax.bench", "imaginejax.report",
-                        "imaginejax.figures", "imaginejax.demo", "imaginejax.stats", "imaginejax.results",
-                        "imaginejax.presets", "imaginejax.imaginer.study", "imaginejax.api", "imaginejax.policy",
-                        "imaginejax.frames")),
+    # imaginejax/bench: one rank per module, in the order of the protocol, so that no two of its modules
+    # can import each other.
+    (8, "bench.config", ("imaginejax.bench", "imaginejax.bench.config", "imaginejax.presets")),
+    (9, "bench.stats", ("imaginejax.bench.stats",)),
+    (10, "bench.results", ("imaginejax.bench.results",)),
+    (11, "bench.workspace", ("imaginejax.bench.workspace",)),
+    (12, "bench.report", ("imaginejax.bench.report",)),
+    (13, "bench.figures", ("imaginejax.bench.figures",)),
+    (14, "bench.datasets", ("imaginejax.bench.datasets",)),
+    (15, "bench.sweeps", ("imaginejax.bench.sweeps",)),
+    (16, "bench.policy", ("imaginejax.bench.policy",)),
+    (17, "bench.frames", ("imaginejax.bench.frames",)),
+    (18, "bench.protocol", ("imaginejax.bench.protocol",)),
+    # The entry points at the top of imaginejax/: Python's fit(), the demo, the command line.
+    (19, "api", ("imaginejax.api",)),
+    (20, "demo", ("imaginejax.demo",)),
+    (21, "cli", ("imaginejax.cli", "imaginejax.__main__")),
 )
 
 
@@ -109,12 +121,16 @@ def test_imports_run_one_way():
 
 @pytest.mark.parametrize("module,target,allowed", [
     ("imaginejax.envs.clevr.env", "imaginejax.envs.base", True),
-    ("imaginejax.envs.clevr.env", "imaginejax.files", True),
+    ("imaginejax.envs.clevr.env", "imaginejax.core.files", True),
     ("imaginejax.envs.clevr.env", "imaginejax.lang", False),
     ("imaginejax.data.io", "imaginejax.envs", True),
     ("imaginejax.data.types", "imaginejax.envs", False),
-    ("imaginejax.algos.bc", "imaginejax.engine", False),
-    ("imaginejax.imaginer.quality", "imaginejax.bench", False),
+    ("imaginejax.algos.bc", "imaginejax.training.loop", False),
+    ("imaginejax.bench.results", "imaginejax.bench.policy", False),
+    ("imaginejax.bench.policy", "imaginejax.bench.protocol", False),
+    ("imaginejax.imaginer.study", "imaginejax.bench.datasets", False),
+    ("imaginejax.demo", "imaginejax.cli", False),
+    ("imaginejax.imaginer.quality", "imaginejax.bench.protocol", False),
     ("imaginejax.cli", "imaginejax.interop.minari", True),
 ])
 def test_layer_order_by_hand(module, target, allowed):

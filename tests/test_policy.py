@@ -13,10 +13,10 @@ import pytest
 import safetensors.numpy
 
 from imaginejax import Policy, envs, fit
-from imaginejax.bench import expert_dataset
+from imaginejax.bench.policy import PolicyError, evaluate_gym
 from imaginejax.cli import main
-from imaginejax.evaluation import evaluate
-from imaginejax.policy import PolicyError, evaluate_gym
+from imaginejax.data.experts import expert_dataset
+from imaginejax.training.evaluation import evaluate
 
 
 @pytest.fixture(scope="module")
@@ -245,7 +245,7 @@ def test_a_policy_with_a_scalar_leaf_round_trips(tmp_path):
     from imaginejax.algos.base import Spec
     from imaginejax.algos.common import DataStats
     from imaginejax.algos.networks import NetConfig
-    from imaginejax.policy import template
+    from imaginejax.bench.policy import template
 
     spec, net = Spec(10, 0, True, 40), NetConfig(16, 1, (16,))
     algo = algos.make("bcq", spec, net)

@@ -20,19 +20,20 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
 import toy_continuous_env as reach
+from toy_env import NUM_TASKS, STATE_DIM, ToyEnv, expert_dataset
+
 from imaginejax.algos import neighbors
 from imaginejax.algos.base import Spec
-from imaginejax.algos.common import DataStats, Datasets
+from imaginejax.algos.common import Datasets, DataStats
 from imaginejax.algos.neighbors import nearest_neighbor, nearest_row
 from imaginejax.algos.networks import NetConfig
 from imaginejax.algos.prdc import make_prdc
 from imaginejax.algos.prdc_discrete import make_discrete_prdc
 from imaginejax.data.transitions import to_transitions
 from imaginejax.data.types import Batch, Transitions
-from imaginejax.engine import EngineConfig, broadcast_runs, make_train
-from toy_env import NUM_TASKS, STATE_DIM, ToyEnv, expert_dataset
+from imaginejax.training.kernel import EngineConfig, broadcast_runs
+from imaginejax.training.loop import make_train
 
 S, E, A, N_ACT = 3, 4, 2, 4
 NET = NetConfig(encoder_width=8, hidden=(8,))

@@ -7,23 +7,23 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from toy_env import NUM_TASKS, STATE_DIM, ToyEnv, expert_dataset
 
 from imaginejax import envs
 from imaginejax.algos.base import Spec
 from imaginejax.algos.bc import BCHyperparams, make_bc
-from imaginejax.algos.common import DataStats, Datasets
+from imaginejax.algos.common import Datasets, DataStats
 from imaginejax.algos.neighbors import nearest_neighbor
 from imaginejax.algos.networks import NetConfig
-from imaginejax.config import available_presets, data_conditions, load_config
+from imaginejax.bench.config import available_presets, data_conditions, load_config
+from imaginejax.bench.report import protocol_rows, protocol_table
+from imaginejax.bench.results import Group
 from imaginejax.data.sampling import sample_mixed
 from imaginejax.data.transitions import concat_transitions, to_transitions
-from imaginejax.engine import EngineConfig, broadcast_runs, make_train
-from imaginejax.evaluation import episodes_per_level, evaluate
-from imaginejax.report import protocol_rows, protocol_table
-from imaginejax.results import Group
-from imaginejax.sweep import Sweep
-
-from toy_env import NUM_TASKS, STATE_DIM, ToyEnv, expert_dataset
+from imaginejax.training.evaluation import episodes_per_level, evaluate
+from imaginejax.training.kernel import EngineConfig, broadcast_runs
+from imaginejax.training.loop import make_train
+from imaginejax.training.sweep import Sweep
 
 SPEC = Spec(state_dim=STATE_DIM, embed_dim=NUM_TASKS, discrete=True, action_dim=NUM_TASKS)
 
@@ -162,8 +162,8 @@ def test_three_way_rows_average_the_last_evaluations_and_pair_each_level_with_it
 
 
 def test_a_checkpoint_whose_history_is_shorter_than_its_interval_is_refused():
-    from imaginejax.checkpoint import CheckpointError
-    from imaginejax.engine import History
+    from imaginejax.core.checkpoint import CheckpointError
+    from imaginejax.training.loop import History
 
     history = History(steps=[10], seconds=[1.0], metrics=[{"loss": np.zeros(2)}], success=[{"train": np.zeros(2)}],
                       returns=[{"train": np.zeros(2)}], frozen_at=np.zeros(2, np.int64),

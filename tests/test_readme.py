@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from imaginejax import cli
-from imaginejax.bench import check_algorithms
+from imaginejax.bench.sweeps import check_algorithms
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"

@@ -9,9 +9,9 @@ import json
 import numpy as np
 import pytest
 
-from imaginejax.report import aggregate, aggregate_rows, protocol_rows
-from imaginejax.results import Results, Run
-from imaginejax.stats import iqm, stratified_bootstrap_ci
+from imaginejax.bench.report import aggregate, aggregate_rows, protocol_rows
+from imaginejax.bench.results import Results, Run
+from imaginejax.bench.stats import iqm, stratified_bootstrap_ci
 
 LEVELS = ("train", "easy")
 JUNK = 0.9  # the first of three evaluations: outside the last 2 that make a run's score

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from imaginejax.checkpoint import CheckpointError, list_checkpoints
+from imaginejax.core.checkpoint import CheckpointError, list_checkpoints
 
 SCRIPT = textwrap.dedent("""
     import os, sys, time
@@ -24,10 +24,11 @@ SCRIPT = textwrap.dedent("""
     from imaginejax.algos.base import Spec
     from imaginejax.algos.bc import BCHyperparams, make_bc
     from imaginejax.algos.networks import NetConfig
-    from imaginejax.checkpoint import flatten_named
+    from imaginejax.core.checkpoint import flatten_named
     from imaginejax.data.transitions import to_transitions
-    from imaginejax.engine import EngineConfig, make_train
-    from imaginejax.sweep import Sweep, run_sweep
+    from imaginejax.training.kernel import EngineConfig
+    from imaginejax.training.loop import make_train
+    from imaginejax.training.sweep import Sweep, run_sweep
     from toy_env import NUM_TASKS, STATE_DIM, ToyEnv, expert_dataset
 
     out, ckpt, run_dir, resume, pause = sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5] == "1", float(sys.argv[6])
@@ -114,11 +115,13 @@ def test_sigkilled_sweep_resumes_to_identical_results(tmp_path):
 
 def _toy_trainer():
     sys.path.insert(0, str(Path(__file__).parent))
+    from toy_env import NUM_TASKS, STATE_DIM, ToyEnv
+
     from imaginejax.algos.base import Spec
     from imaginejax.algos.bc import make_bc
     from imaginejax.algos.networks import NetConfig
-    from imaginejax.engine import EngineConfig, make_train
-    from toy_env import NUM_TASKS, STATE_DIM, ToyEnv
+    from imaginejax.training.kernel import EngineConfig
+    from imaginejax.training.loop import make_train
 
     spec = Spec(state_dim=STATE_DIM, embed_dim=NUM_TASKS, discrete=True, action_dim=NUM_TASKS)
     env = ToyEnv()
@@ -131,9 +134,10 @@ def _toy_sweep(runs: int):
     """The toy BC trainer, ``runs`` keys, hyperparameters (learning rate 1e-3 each) and 32 expert
     trajectories' transitions: what ``trainer.train(keys, hp, real, ...)`` takes."""
     import jax
+    from toy_env import expert_dataset
+
     from imaginejax.algos.bc import BCHyperparams
     from imaginejax.data.transitions import to_transitions
-    from toy_env import expert_dataset
 
     keys = jax.random.split(jax.random.PRNGKey(0), runs)
     hp = BCHyperparams(learning_rate=jnp.full((runs,), 1e-3, jnp.float32))
@@ -175,7 +179,7 @@ def test_damaged_or_foreign_checkpoints_are_refused(tmp_path):
 def test_interval_events_drive_progress_over_chunks_and_resume(tmp_path):
     import io
 
-    from imaginejax.progress import IntervalProgress
+    from imaginejax.training.progress import IntervalProgress
 
     trainer, keys, hp, real = _toy_sweep(3)
     events, lines = [], []
@@ -199,7 +203,7 @@ def test_interval_events_drive_progress_over_chunks_and_resume(tmp_path):
 def test_ctrl_c_says_how_far_the_checkpoints_got(tmp_path):
     """A KeyboardInterrupt inside training becomes checkpoint.Interrupted (still a KeyboardInterrupt) whose
     message names the last checkpointed interval and the chunk."""
-    from imaginejax.checkpoint import Interrupted
+    from imaginejax.core.checkpoint import Interrupted
 
     trainer, keys, hp, real = _toy_sweep(3)
 

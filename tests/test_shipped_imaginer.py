@@ -84,7 +84,7 @@ def _assets_copy(tmp_path, **preset_changes):
 
 
 def test_the_pin_covers_weights_and_record(tmp_path):
-    from imaginejax.files import file_sha256
+    from imaginejax.core.files import file_sha256
     from imaginejax.imaginer.shipped import shipped_digest
 
     item = SHIPPED["clevr-smollm2-lora-all"]

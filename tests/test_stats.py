@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from imaginejax.stats import Interval, group_runs, iqm, mean, results_table, stratified_bootstrap_ci
+from imaginejax.bench.stats import Interval, group_runs, iqm, mean, results_table, stratified_bootstrap_ci
 
 
 def test_iqm_by_hand():

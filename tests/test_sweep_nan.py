@@ -5,15 +5,15 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+from toy_env import NUM_TASKS, STATE_DIM, ToyEnv, expert_dataset
 
 from imaginejax.algos.base import Spec
 from imaginejax.algos.bc import BCHyperparams, make_bc
 from imaginejax.algos.networks import NetConfig
 from imaginejax.data.transitions import to_transitions
-from imaginejax.engine import EngineConfig, make_train
-from imaginejax.sweep import Sweep, run_sweep
-
-from toy_env import NUM_TASKS, STATE_DIM, ToyEnv, expert_dataset
+from imaginejax.training.kernel import EngineConfig
+from imaginejax.training.loop import make_train
+from imaginejax.training.sweep import Sweep, run_sweep
 
 SPEC = Spec(state_dim=STATE_DIM, embed_dim=NUM_TASKS, discrete=True, action_dim=NUM_TASKS)
 NET = NetConfig(encoder_width=16, hidden=(16,))

@@ -1,7 +1,7 @@
 """The run axis on a forced-host mesh: one device, a 2-device mesh and an 8-device mesh give bitwise the
 same sweep, with ``EngineConfig.run_block`` fixing the vmapped size so that the per-device
 arithmetic does not depend on how many runs a device holds. The partitioned compile disables XLA's CSE
-(``engine.COMPILER_OPTIONS``); a control at the end compiles the 2-device interval with XLA's
+(``kernel.COMPILER_OPTIONS``); a control at the end compiles the 2-device interval with XLA's
 defaults and checks that it then differs from the one-device interval (at round-off), so the bitwise
 equalities are not passing by accident.
 
@@ -27,9 +27,10 @@ SCRIPT = textwrap.dedent("""
     from imaginejax.algos.common import DataStats
     from imaginejax.algos.networks import NetConfig
     from imaginejax.data.transitions import to_transitions
-    import imaginejax.engine as engine
-    from imaginejax.engine import EngineConfig, make_train
-    from imaginejax.sweep import Sweep, run_sweep
+    import imaginejax.training.kernel as kernel
+    from imaginejax.training.kernel import EngineConfig
+    from imaginejax.training.loop import make_train
+    from imaginejax.training.sweep import Sweep, run_sweep
     from toy_env import NUM_TASKS, STATE_DIM, ToyEnv, expert_dataset
 
     assert jax.device_count() == 8, jax.devices()
@@ -66,11 +67,11 @@ SCRIPT = textwrap.dedent("""
         assert isinstance(leaf.sharding, NamedSharding) and leaf.sharding.spec == P("runs"), leaf.sharding
         assert len(leaf.sharding.device_set) == 2
 
-    # Control: compiled with XLA's defaults (engine.COMPILER_OPTIONS = None) the 2-device interval is NOT
+    # Control: compiled with XLA's defaults (kernel.COMPILER_OPTIONS = None) the 2-device interval is NOT
     # bitwise the one-device interval, so the equalities above are the engine's doing.
     arrays = sweep.build(base)
     keys, hp, ratio = np.asarray(arrays.keys), jax.tree.map(np.asarray, arrays.hp), np.asarray(arrays.ratios)
-    engine.COMPILER_OPTIONS = None
+    kernel.COMPILER_OPTIONS = None
     default = make_train(trainer.algo, spec, cfg, {"train": (env, env.default_params())})
     outs = []
     for mesh in (None, Mesh(np.asarray(jax.devices()[:2]), ("runs",))):

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from imaginejax import cli, weights
+from imaginejax import cli
+from imaginejax.core import weights
 
 
 def test_directory_digest_is_the_hash_of_sorted_path_and_file_hash_lines(tmp_path: Path) -> None:

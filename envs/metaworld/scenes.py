@@ -41,7 +41,7 @@ from typing import Final
 import mujoco
 import numpy as np
 
-from imaginejax import weights
+from imaginejax.core import weights
 
 __all__ = ["SENSOR_DIM", "Sensor", "SceneSpec", "assets_dir", "build_model", "sensor_slices"]
 

@@ -295,7 +295,7 @@ def projection(train: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def write(out_dir: Path, results: dict[str, Any]) -> None:
-    from imaginejax.files import write_json, write_text
+    from imaginejax.core.files import write_json, write_text
 
     write_json(out_dir / "accelerator.json", results)
     write_text(out_dir / "accelerator.md", markdown(results))

@@ -28,7 +28,7 @@ import tempfile
 from pathlib import Path
 
 from imaginejax import envs
-from imaginejax.files import file_sha256, write_json
+from imaginejax.core.files import file_sha256, write_json
 from imaginejax.lang import export_embedding_table
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

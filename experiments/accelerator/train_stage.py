@@ -35,7 +35,7 @@ from budget import Budget  # noqa: E402
 def state_bytes(name: str, shapes: au.ShapeSet, setting: au.Setting, data: Any) -> int:
     """Bytes of one run's algorithm state (parameters, targets, optimiser), from shapes only."""
     from imaginejax.algos.common import DataStats
-    from imaginejax.engine import broadcast_runs
+    from imaginejax.training.kernel import broadcast_runs
 
     algo = au.algos.make(name, shapes.spec, setting.net)
     stats = jax.eval_shape(DataStats.from_transitions, data)

@@ -27,9 +27,10 @@ from imaginejax.algos.base import Spec  # noqa: E402
 from imaginejax.algos.combo import ComboConfig  # noqa: E402
 from imaginejax.algos.dynamics import DynamicsConfig  # noqa: E402
 from imaginejax.algos.networks import NetConfig  # noqa: E402
-from imaginejax.bench import cached_expert_data  # noqa: E402
+from imaginejax.data.experts import cached_expert_data  # noqa: E402
 from imaginejax.data import to_transitions  # noqa: E402
-from imaginejax.engine import EngineConfig, broadcast_runs, make_train  # noqa: E402
+from imaginejax.training.kernel import EngineConfig, broadcast_runs
+from imaginejax.training.loop import make_train  # noqa: E402
 from imaginejax.lang import encode_instructions  # noqa: E402
 
 NET = NetConfig(encoder_width=32, hidden=(32, 32))

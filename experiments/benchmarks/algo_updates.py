@@ -15,7 +15,7 @@ action spaces it supports (a missing (algorithm, action space) pair is listed as
   750-750 VAE for continuous BCQ on the d3rlpy side). Data: random transitions in memory
   (``--dataset-size``, 64 instructions), identical shapes on both sides.
 * **JAX**: ``seeds`` runs vmapped, one jitted ``lax.scan`` of N updates per call, exactly the engine's
-  inner loop (``imaginejax.engine``: ``sample_mixed`` a batch, ``algo.update``, interval-mean metrics),
+  inner loop (``imaginejax.training``: ``sample_mixed`` a batch, ``algo.update``, interval-mean metrics),
   the state donated and carried from call to call. Compilation is excluded (one untimed call first);
   each repeat times one call (``block_until_ready``). updates/s = seeds × N / seconds (summed over seeds).
 * **d3rlpy** 2.8.1 in the reference interpreter (``.venv-ref``, PyTorch CPU; ``_d3rlpy_worker.py``, a
@@ -95,8 +95,8 @@ from imaginejax.algos.networks import NetConfig
 from imaginejax.data.sampling import sample_mixed
 from imaginejax.data.transitions import placeholder_like
 from imaginejax.data.types import Transitions
-from imaginejax.engine import broadcast_runs
-from imaginejax.files import write_text
+from imaginejax.training.kernel import broadcast_runs
+from imaginejax.core.files import write_text
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (Spread, Worker, add_load_arguments, alternate, check_load, fastest, is_busy,  # noqa: E402

@@ -31,7 +31,7 @@ import jax
 import numpy as np
 
 from imaginejax.lang import InstructionEncoder
-from imaginejax.paths import cache_root
+from imaginejax.core.paths import cache_root
 
 from _common import (REPO_ROOT, ALTERNATIVE_THREADS, Spread, add_load_arguments, alternate, check_load, fastest,
                      is_busy, load_note, thread_env, timed)

@@ -5,7 +5,7 @@
 Language-conditioned BC on CLEVR-Robot (MiniLM-width embeddings, the reference network), real expert
 data (cached under the cache root), batch 256; one interval = ``--updates`` gradient updates per run plus
 an evaluation of ``--eval-episodes`` episodes per run on the train level. For each R the engine
-(``imaginejax.engine``) is built once, the first interval (compilation included) and then ``--repeats``
+(``imaginejax.training``) is built once, the first interval (compilation included) and then ``--repeats``
 further intervals are timed; the table reports the median steady interval, total updates/s over all
 runs, runs·intervals per second, and the cost per run relative to R = 1 (1.0 = perfect scaling; above
 1 = each extra run costs more than the first), with the best steady interval beside the median.
@@ -32,11 +32,12 @@ from imaginejax import envs
 from imaginejax.algos.base import Spec
 from imaginejax.algos.bc import BCHyperparams, make_bc
 from imaginejax.data import to_transitions
-from imaginejax.bench import cached_expert_data
-from imaginejax.engine import EngineConfig, make_train
+from imaginejax.data.experts import cached_expert_data
+from imaginejax.training.kernel import EngineConfig
+from imaginejax.training.loop import make_train
 from imaginejax.lang import encode_instructions
-from imaginejax.paths import cache_root
-from imaginejax.sweep import Sweep
+from imaginejax.core.paths import cache_root
+from imaginejax.training.sweep import Sweep
 
 from _common import REPO_ROOT, Spread, add_load_arguments, check_load, is_busy, load_note
 

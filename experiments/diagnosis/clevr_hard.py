@@ -88,10 +88,10 @@ def probe() -> None:
 
 
 def expert(episodes: int, epsilon: float, seed: int, data: Path) -> None:
-    from imaginejax import bench
+    from imaginejax.data import experts
     from imaginejax.envs.clevr import tasks
 
-    ds = bench.cached_expert_data("clevr", "hard", episodes, seed, epsilon, data)
+    ds = experts.cached_expert_data("clevr", "hard", episodes, seed, epsilon, data)
     goals = tasks.level_goals("hard")
     task = np.array([np.flatnonzero((goals == g).all(1))[0] for g in ds.goals])
     family = family_of_task()[task]

@@ -28,7 +28,7 @@ the leg boundary gave ≈ 75–90 %: after a full-speed forward run, the run-bac
 same reared-up pose. Jump first (its speed term capped at 1 m/s, so the cheetah is slow when the leg is
 done), then run the other way, gave 98–100 % both ways in every measurement (50–200 episodes per task).
 
-Training checkpoints are written with :mod:`imaginejax.checkpoint` (orbax, atomic, SHA-256-verified on
+Training checkpoints are written with :mod:`imaginejax.core.checkpoint` (orbax, atomic, SHA-256-verified on
 load, last two kept). The shipped asset is the actor only, one byte-reproducible ``.npz``
 (:func:`save_actor`), read by :func:`imaginejax.envs.cheetah.expert.load_actor_file`.
 """
@@ -54,7 +54,7 @@ from imaginejax.algos.common import DataStats, adam_step, polyak_update, td_targ
 from imaginejax.algos.cql import (ContinuousCQLState, continuous_cql_default_hp, init_continuous_cql, sac_actor_loss,
                                   temperature_loss)
 from imaginejax.algos.networks import NetConfig, TanhGaussianActor, TwinCritic, sample_tanh_gaussian
-from imaginejax.checkpoint import (CheckpointError, flatten_named, is_checkpoint, list_checkpoints,
+from imaginejax.core.checkpoint import (CheckpointError, flatten_named, is_checkpoint, list_checkpoints,
                                    load_checkpoint, save_checkpoint, unflatten_named)
 from imaginejax.data.collect import collect
 from imaginejax.data.types import Batch
@@ -63,7 +63,7 @@ from imaginejax.envs.cheetah import tasks
 from imaginejax.envs.cheetah.env import EnvState, HalfCheetah, make_params
 from imaginejax.envs.cheetah.expert import (ACTOR_PREFIX, ALL_GOALS, ENCODER_LAYERS, ENCODER_WIDTH, FEATURE_DIM,
                                             FEATURE_SCALE, HIDDEN, load_actor_file, make_policy, state_features)
-from imaginejax.paths import cache_root
+from imaginejax.core.paths import cache_root
 
 
 @dataclasses.dataclass(frozen=True)
@@ -323,7 +323,7 @@ def load_actor(weights: str | Path, config: ExpertConfig = ExpertConfig()) -> An
 def save_expert(directory: str | Path, sac: ContinuousCQLState, config: ExpertConfig, step: int,
                 meta: dict[str, Any] | None = None) -> Path:
     """Writes the SAC state (actor, critics, targets, temperature, optimiser moments) as orbax checkpoint
-    ``directory/step-<step:08d>`` through :func:`imaginejax.checkpoint.save_checkpoint` (the last two
+    ``directory/step-<step:08d>`` through :func:`imaginejax.core.checkpoint.save_checkpoint` (the last two
     checkpoints are kept); ``meta`` (JSON) is stored with the expert's configuration. Returns its path."""
     arrays = flatten_named(jax.device_get(sac), "sac")
     info = {"kind": "cheetah-sac-expert", "config": {k: (dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v)

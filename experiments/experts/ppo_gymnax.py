@@ -171,8 +171,8 @@ def make_train(config: dict[str, Any]) -> tuple[Callable[[jax.Array], dict[str, 
 
 def success_rates(config: dict[str, Any], params: Any, key: jax.Array, episodes: int) -> tuple[float, float]:
     """(trained policy, uniformly random policy) success over ``episodes`` evaluation episodes, every task
-    equally often (:func:`imaginejax.evaluation.evaluate` on the wrapped environment's batched kernels)."""
-    from imaginejax.evaluation import evaluate
+    equally often (:func:`imaginejax.training.evaluation.evaluate` on the wrapped environment's batched kernels)."""
+    from imaginejax.training.evaluation import evaluate
 
     _, base, env_params = make_train(config)
     network = ActorCritic(base.num_actions, config["HIDDEN"])

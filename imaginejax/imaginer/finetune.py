@@ -38,7 +38,7 @@ Runs live in a directory (:func:`finetune`)::
                       backbone description (written atomically once; checked on resume)
     tokenizer.json    the tokenizer (so a run directory is self-contained for generation)
     history.json      logged metrics (loss per task, tokens/s), rewritten atomically at checkpoints
-    checkpoints/step-<step:08d>/   checkpoints of :mod:`imaginejax.checkpoint` (orbax-checkpoint,
+    checkpoints/step-<step:08d>/   checkpoints of :mod:`imaginejax.core.checkpoint` (orbax-checkpoint,
                       synchronous; trainable parameters, optimiser state, step and checkpoint hash;
                       written to a temporary directory and renamed when complete, with a SHA-256
                       manifest checked on load, so a crash never leaves a half checkpoint that is read)
@@ -68,44 +68,17 @@ import optax
 import tokenizers
 from flax import struct
 
-from imaginejax.checkpoint import (
-    CheckpointError,
-    Interrupted,
-    checkpoint_path,
-    flatten_named,
-    list_checkpoints,
-    load_checkpoint,
-    save_checkpoint,
-    unflatten_named,
-)
+from imaginejax.core.checkpoint import (CheckpointError, Interrupted, checkpoint_path, flatten_named, list_checkpoints,
+                                        load_checkpoint, save_checkpoint, unflatten_named)
+from imaginejax.core.files import write_text
 from imaginejax.data.types import TrajectoryDataset
-from imaginejax.files import write_text
 from imaginejax.imaginer import lora as lora_lib
-from imaginejax.imaginer.kalm import (
-    TASKS,
-    KalmBatch,
-    KalmConfig,
-    KalmCorpus,
-    StateNormalizer,
-    TaskLayout,
-    TextFormat,
-    add_placeholder_tokens,
-    build_corpus,
-    embedding_std,
-    init_adapter_params,
-    layout_for_corpus,
-    make_text_format,
-    multitask_loss,
-    sample_task_batches,
-)
+from imaginejax.imaginer.kalm import (TASKS, KalmBatch, KalmConfig, KalmCorpus, StateNormalizer, TaskLayout, TextFormat,
+                                      add_placeholder_tokens, build_corpus, embedding_std, init_adapter_params,
+                                      layout_for_corpus, make_text_format, multitask_loss, sample_task_batches)
 from imaginejax.imaginer.llama import LlamaConfig, Params, init_params
-from imaginejax.imaginer.loading import (
-    load_gguf,
-    load_gguf_tokenizer,
-    load_hf_checkpoint,
-    load_hf_tokenizer,
-    smollm2_gguf_path,
-)
+from imaginejax.imaginer.loading import (load_gguf, load_gguf_tokenizer, load_hf_checkpoint, load_hf_tokenizer,
+                                         smollm2_gguf_path)
 
 __all__ = [
     "Preset", "PRESETS", "get_preset", "TrainState", "Imaginer", "FinetuneResult", "BaseModel",

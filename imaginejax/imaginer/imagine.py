@@ -74,16 +74,8 @@ from imaginejax.data.validate import validate_dataset
 from imaginejax.envs.registry import EpisodeRules, QualityRules, transition_rules
 from imaginejax.imaginer.finetune import Imaginer
 from imaginejax.imaginer.generate import prefill
-from imaginejax.imaginer.kalm import (
-    KalmConfig,
-    StateNormalizer,
-    adapter_apply,
-    decode_states,
-    rollout_prompts,
-    round_up_length,
-    splice_embeddings,
-    tokenize_instructions,
-)
+from imaginejax.imaginer.kalm import (KalmConfig, StateNormalizer, adapter_apply, decode_states, rollout_prompts,
+                                      round_up_length, splice_embeddings, tokenize_instructions)
 from imaginejax.imaginer.llama import Params, forward
 from imaginejax.imaginer.quality import score_dataset, summarize, summary_markdown
 
@@ -467,9 +459,9 @@ def write_imaginary_datasets(imaginer: Imaginer, env_name: str, out_root: str | 
     {level: {"dir", "checkpoint_hash"}}}``) and ``.md`` (the table) are written atomically after the
     last level; levels already in an existing file (written by an earlier call into the same
     ``out_root``) are kept unless regenerated. -> level -> dataset directory."""
+    from imaginejax.core.files import write_text
     from imaginejax.data.io import save_dataset
     from imaginejax.envs import make
-    from imaginejax.files import write_text
     from imaginejax.lang import encode_instructions
 
     written: dict[str, Path] = {}

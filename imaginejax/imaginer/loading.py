@@ -37,7 +37,7 @@ import numpy as np
 import tokenizers
 from safetensors import safe_open
 
-from imaginejax import weights
+from imaginejax.core import weights
 from imaginejax.imaginer.llama import LlamaConfig, Params, RopeScaling
 from imaginejax.lang import ModelFilesNotFoundError, WeightLoadError
 from imaginejax.lang.encoder import read_json, require_file

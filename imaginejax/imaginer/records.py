@@ -15,7 +15,7 @@ import math
 from pathlib import Path
 from typing import Any, Final, Mapping
 
-from imaginejax.files import field_problem
+from imaginejax.core.files import field_problem
 from imaginejax.imaginer import lora
 
 RUN_FIELDS: Final[tuple[str, ...]] = (

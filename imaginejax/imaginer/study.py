@@ -8,7 +8,7 @@ with an expert and quality rules; CLEVR-Robot by default).
 
 ``train`` fine-tunes the ``tiny`` preset on ``--trajectories`` real expert trajectories of the
 environment's training level (seed 0, epsilon 0.1, collected once and cached by
-:func:`imaginejax.bench.cached_expert_data`: CLEVR in the demo's
+:func:`imaginejax.data.experts.cached_expert_data`: CLEVR in the demo's
 cache; other environments under ``$IMAGINEJAX_HOME/imaginer-study/data``) into
 ``$IMAGINEJAX_HOME/imaginer-study/RUN`` (resumable; progress every 20 steps on stderr; the
 environment is recorded in ``RUN/study.json``). ``evaluate`` loads that run, generates ``--num``
@@ -33,8 +33,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from imaginejax.files import write_text
-from imaginejax.paths import cache_root
+from imaginejax.core.files import write_text
+from imaginejax.core.paths import cache_root
 
 LEVELS = ("rephrase", "easy", "hard")
 STUDY_DIR = "imaginer-study"
@@ -57,10 +57,10 @@ def real_data(num: int, seed: int = 0, epsilon: float = 0.1, env: str = "clevr")
     """Cached expert trajectories of the environment's training level (collected if missing).
 
     CLEVR reads the demo's cache (so earlier CLEVR runs resume on the same data); other environments
-    use :func:`imaginejax.bench.cached_expert_data` (instructions not embedded: the imaginer reads
+    use :func:`imaginejax.data.experts.cached_expert_data` (instructions not embedded: the imaginer reads
     the strings) under ``$IMAGINEJAX_HOME/imaginer-study/data``.
     """
-    from imaginejax.bench import cached_expert_data
+    from imaginejax.data.experts import cached_expert_data
 
     root = cache_root() / ("demo" if env == "clevr" else f"{STUDY_DIR}/data")
     root.mkdir(parents=True, exist_ok=True)

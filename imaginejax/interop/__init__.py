@@ -12,7 +12,7 @@ from typing import Any
 def __getattr__(name: str) -> Any:
     """``as_gymnax`` (:mod:`.gymnax_env`) and ``as_brax`` (:mod:`.brax_env`), imported on first use: gymnax
     and brax are optional packages (without gymnax, ``as_gymnax`` raises
-    :class:`~imaginejax.progress.MissingDependency` naming its install command)."""
+    :class:`~imaginejax.training.progress.MissingDependency` naming its install command)."""
     if name == "as_gymnax":
         from imaginejax.interop.gymnax_env import as_gymnax
 

@@ -422,9 +422,9 @@ def get_dataset(name: str, level: str, *, embed: bool = True, data_dir: str | os
     Raises:
       FileNotFoundError: a needed dataset is missing (the message says how to make it).
     """
+    from imaginejax.core.paths import cache_root
     from imaginejax.data import load_dataset, save_dataset
     from imaginejax.interop.reference import reference_arrays
-    from imaginejax.paths import cache_root
 
     level = {"real": "train"}.get(level, level)
     if layout not in ("reference", "imaginejax"):

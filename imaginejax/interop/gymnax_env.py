@@ -29,7 +29,7 @@ from flax import struct
 from imaginejax import envs as registry
 from imaginejax.envs.base import Encoder, EnvParams
 from imaginejax.lang import encode_instructions
-from imaginejax.progress import MissingDependency
+from imaginejax.training.progress import MissingDependency
 
 __all__ = ["GYMNAX_VERSION", "INSTALL_GYMNAX", "GymnaxEnv", "GymnaxParams", "as_gymnax"]
 

@@ -33,11 +33,11 @@ from typing import Any, Literal
 
 import numpy as np
 
+from imaginejax.core.files import file_sha256, staged_dir
 from imaginejax.data.budget import DecodeBudget
 from imaginejax.data.errors import DatasetError
 from imaginejax.data.types import TrajectoryDataset
 from imaginejax.data.validate import EnvFacts, validate_dataset, validate_for_env
-from imaginejax.files import file_sha256, staged_dir
 from imaginejax.interop.reference import check_hdf5_file, load_npy
 
 __all__ = ["EMBEDDINGS_FILE", "METADATA_KEY", "from_minari", "minari_root", "to_minari"]

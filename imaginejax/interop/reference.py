@@ -78,12 +78,12 @@ from typing import Any, Literal
 
 import numpy as np
 
+from imaginejax.core.files import atomic_path, file_sha256
 from imaginejax.data.budget import DecodeBudget
 from imaginejax.data.errors import DatasetError
 from imaginejax.data.safe_pickle import read_pickle
 from imaginejax.data.types import LEVELS, SOURCES, TrajectoryDataset
 from imaginejax.data.validate import EnvFacts, validate_dataset, validate_for_env
-from imaginejax.files import atomic_path, file_sha256
 
 __all__ = [
     "REFERENCE_FORMATS",

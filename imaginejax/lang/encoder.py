@@ -14,7 +14,7 @@ memory and on disk under ``cache_root() / "embeddings" / "<model id>-<fingerprin
 hashes the weights file, the tokenizer file and the truncation length. The cache stores the *pooled,
 unnormalised* vectors, so one cache serves ``normalize=True`` and ``False``.
 
-Disk format: chunk files ``<content hash>.npz`` written atomically (:func:`imaginejax.files.atomic_path`), each
+Disk format: chunk files ``<content hash>.npz`` written atomically (:func:`imaginejax.core.files.atomic_path`), each
 holding ``text_bytes`` (uint8, UTF-8 strings concatenated), ``text_offsets`` (int64, (n + 1,)) and
 ``embeddings`` (float32, (n, E)); read with ``allow_pickle=False`` and validated, a bad file is skipped
 with a warning. Several processes may share a directory: each adds whole files, and merging many
@@ -38,17 +38,17 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from flax import traverse_util
 import jax
 import jax.numpy as jnp
 import numpy as np
 import tokenizers
+from flax import traverse_util
 from safetensors.numpy import load_file
 
-from imaginejax import weights
-from imaginejax.files import atomic_path, file_sha256, is_temp
+from imaginejax.core import weights
+from imaginejax.core.files import atomic_path, file_sha256, is_temp
+from imaginejax.core.paths import cache_root
 from imaginejax.lang.bert import BertConfig, BertEncoder
-from imaginejax.paths import cache_root
 
 EMBED_DIM = 384
 """Width of the default model's (all-MiniLM-L6-v2) sentence embeddings."""
@@ -377,7 +377,7 @@ def _unpack_texts(text_bytes: np.ndarray, offsets: np.ndarray) -> list[str]:
 def _save_chunk(path: Path, text_bytes: np.ndarray, offsets: np.ndarray, embeddings: np.ndarray,
                 **extra: np.ndarray) -> Path:
     """Writes one chunk file (packed texts, (n, E) float32 embeddings, the format version and ``extra``
-    arrays) at ``path`` through :func:`imaginejax.files.atomic_path`, so readers never see a partial file."""
+    arrays) at ``path`` through :func:`imaginejax.core.files.atomic_path`, so readers never see a partial file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(path) as temp, open(temp, "wb") as handle:
         np.savez(handle, text_bytes=text_bytes, text_offsets=offsets, embeddings=embeddings,

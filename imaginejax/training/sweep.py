@@ -23,7 +23,7 @@ another (results concatenated in run order). What chunking does not bound — ev
 table row and results, held on the host until the sweep ends — is checked against the host's available
 memory first (:func:`check_host_memory`, from :meth:`Sweep.grid_size` before a table is built).
 
-Across processes (:mod:`imaginejax.distributed`): every process calls :func:`run_sweep` with the same
+Across processes (:mod:`imaginejax.core.distributed`): every process calls :func:`run_sweep` with the same
 sweep and datasets; their digests are compared before anything compiles, the memory budget is the
 smallest of the processes', only the writer (process 0) writes ``run_dir``, and every process returns
 the same result, its state gathered to host arrays.
@@ -42,11 +42,12 @@ from typing import Any, Callable, Mapping, Sequence
 import jax
 import numpy as np
 
-from imaginejax import distributed
-from imaginejax.files import write_json
+from imaginejax.core import distributed
+from imaginejax.core.files import write_json
 from imaginejax.data.budget import available_memory
 from imaginejax.data.types import Transitions
-from imaginejax.engine import MemoryEstimate, TrainResult, Trainer, default_mesh
+from imaginejax.training.kernel import MemoryEstimate, TrainResult, default_mesh
+from imaginejax.training.loop import Trainer
 
 PyTree = Any
 
@@ -346,7 +347,7 @@ def run_sweep(trainer: Trainer, sweep: Sweep, base_hp: PyTree, real: Transitions
     """Trains every run of ``sweep``, chunked to fit ``memory_budget``.
 
     Args:
-      trainer: from :func:`imaginejax.engine.make_train`.
+      trainer: from :func:`imaginejax.training.loop.make_train`.
       sweep: the runs.
       base_hp: hp of one run; swept values override it (:meth:`Sweep.build`).
       real: the real transitions.

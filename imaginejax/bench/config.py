@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import Any, Literal, Mapping, Sequence
 
 
-
 def _preset_dir() -> Path:
     """``experiments/presets``: the installed ``imaginejax.presets`` package (any install, editable or not),
     else the source tree's folder (running from a checkout without installing)."""

@@ -63,7 +63,7 @@ class Episodes:
 
 def record(policy: PolicyFn, env: Any, params: Any, key: jax.Array, num_episodes: int) -> Episodes:
     """Runs ``num_episodes`` episodes (episode i: task ``i mod K``) for the level's step cap, keeping every
-    state. Keys are split as :func:`imaginejax.evaluation.evaluate` splits them, so with B = E·K episodes
+    state. Keys are split as :func:`imaginejax.training.evaluation.evaluate` splits them, so with B = E·K episodes
     the outcomes are those of the evaluation of training."""
     tasks = jnp.arange(num_episodes, dtype=jnp.int32) % params.num_tasks
 

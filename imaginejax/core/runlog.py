@@ -1,4 +1,4 @@
-"""Per-interval metrics of a sweep as JSONL and CSV under a run directory.
+"""Message sinks (one line of text each), and per-interval metrics of a sweep as JSONL and CSV under a run directory.
 
 One record per (interval, run): ``chunk``, ``interval`` (1-based), ``step`` (updates done), ``run``
 (index into the sweep table), ``seconds`` (the interval's wall clock, shared by the runs of a chunk),
@@ -15,12 +15,24 @@ import csv
 import json
 import math
 import os
+import sys
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from imaginejax.files import append_text, atomic_path, write_text
+from imaginejax.core.files import append_text, atomic_path, write_text
+
+Log = Callable[[str], None]  # a message sink: one line of text
+
+
+def log_stderr(message: str) -> None:
+    """The default message sink: one line on stderr."""
+    print(message, file=sys.stderr, flush=True)
+
+
+def quiet(message: str) -> None:
+    """The message sink of every process but the writer."""
 
 
 class MetricsLog:

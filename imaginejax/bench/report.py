@@ -1,4 +1,4 @@
-"""The results tables of :class:`~imaginejax.results.Results`: one function, :func:`table`, for every caller.
+"""The results tables of :class:`~imaginejax.bench.results.Results`: one function, :func:`table`, for every caller.
 
 * **Three-way table** (sweeps whose runs name their data source, the reference protocol): per
   algorithm and level, real only / real + imaginary / real + oracle side by side. A run's score is its
@@ -7,13 +7,13 @@
   lies wholly above / below real only's. Level L compares the real-only runs with the runs that mixed in
   L's own data (``imaginary/L``, ``oracle/L``, or the ``…/pooled`` buffer).
 * **Plain table**: one row per algorithm and configuration, one column per level, at the last
-  evaluation (:func:`imaginejax.stats.results_table`).
+  evaluation (:func:`imaginejax.bench.stats.results_table`).
 * **Three-way table over environments** (:func:`aggregate`, one workspace per environment): a cell is the
   statistic over the (seeds, environments) matrix of run scores with the environments as the bootstrap's
   strata; it exists only where every environment has that algorithm, level and condition. Both three-way
   tables read the runs of a cell with :func:`cell_runs`.
 
-Runs frozen as non-finite are left out (:meth:`~imaginejax.results.Results.groups`).
+Runs frozen as non-finite are left out (:meth:`~imaginejax.bench.results.Results.groups`).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from imaginejax.results import Group, Results
-from imaginejax.stats import iqm, mean, results_table, stratified_bootstrap_ci
+from imaginejax.bench.results import Group, Results
+from imaginejax.bench.stats import iqm, mean, results_table, stratified_bootstrap_ci
 
 STATISTICS = {"iqm": iqm, "mean": mean}
 CONDITIONS = {"real": "real only", "imaginary": "real + imaginary", "oracle": "real + oracle"}

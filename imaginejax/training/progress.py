@@ -1,8 +1,8 @@
 """Progress over training intervals with throughput, and optional metric sinks (TensorBoard, W&B).
 
-:class:`IntervalProgress` monitors :meth:`imaginejax.engine.Trainer.train` /
-:func:`imaginejax.sweep.run_sweep`: it receives each finished interval as a structured
-:class:`~imaginejax.engine.IntervalEvent` (their ``on_interval=`` argument) and other lines as text (``log=``),
+:class:`IntervalProgress` monitors :meth:`imaginejax.training.loop.Trainer.train` /
+:func:`imaginejax.training.sweep.run_sweep`: it receives each finished interval as a structured
+:class:`~imaginejax.training.loop.IntervalEvent` (their ``on_interval=`` argument) and other lines as text (``log=``),
 and shows
 
     <label>: 70%|███████   | 28/40 [00:42<00:18, 0.67 run-interval/s, 1,234 updates/s, 56,789 env steps/s]
@@ -14,9 +14,9 @@ says so before it starts, and rates and the ETA are measured on the later interv
 (ETA = mean seconds per run-interval over them × run-intervals left). Modes: ``bar`` is a tqdm bar; ``lines`` prints one line per interval
 (for logs: no carriage returns); ``off`` prints nothing; ``auto`` is ``bar`` on a terminal, else ``lines``.
 Other engine lines (resume, non-finite runs) are printed as they come, and every line is also appended
-to ``log_file`` when one is given (never through a link: :func:`imaginejax.files.append_text`).
+to ``log_file`` when one is given (never through a link: :func:`imaginejax.core.files.append_text`).
 
-:class:`MetricSinks` mirrors a run directory's ``metrics.jsonl`` (:mod:`imaginejax.runlog`) into
+:class:`MetricSinks` mirrors a run directory's ``metrics.jsonl`` (:mod:`imaginejax.core.runlog`) into
 TensorBoard event files (``tensorboardX``; one TensorBoard run per sweep run, named
 ``<algo>/seed<s>/ratio<r>[/<data>][/<hp>]`` from ``sweep.json``) and/or Weights & Biases (``wandb``, offline unless asked
 otherwise). Both are optional dependencies, imported only when enabled; a missing package raises
@@ -33,7 +33,7 @@ from typing import Any, Callable, Literal, Mapping, TextIO
 
 from tqdm import tqdm
 
-from imaginejax.files import RETRAIN, append_text, fields_of, read_json
+from imaginejax.core.files import RETRAIN, append_text, fields_of, read_json
 
 ProgressMode = Literal["auto", "bar", "lines", "off"]
 
@@ -55,9 +55,9 @@ def format_seconds(seconds: float) -> str:
 class IntervalProgress:
     """Displays progress over intervals (see the module docstring) from the engine's events.
 
-    Use it as both sinks of :meth:`imaginejax.engine.Trainer.train` / :func:`imaginejax.sweep.run_sweep`:
+    Use it as both sinks of :meth:`imaginejax.training.loop.Trainer.train` / :func:`imaginejax.training.sweep.run_sweep`:
     ``log=progress`` (free-form lines: sweep plan, resume, non-finite runs) and
-    ``on_interval=progress.interval`` (one :class:`~imaginejax.engine.IntervalEvent` per interval per chunk).
+    ``on_interval=progress.interval`` (one :class:`~imaginejax.training.loop.IntervalEvent` per interval per chunk).
 
     Args:
       label: shown in front of the bar (e.g. the algorithm name).
@@ -127,7 +127,7 @@ class IntervalProgress:
             self.stream.flush()
 
     def interval(self, event: Any) -> None:
-        """Receives one :class:`~imaginejax.engine.IntervalEvent`."""
+        """Receives one :class:`~imaginejax.training.loop.IntervalEvent`."""
         self._record(event.message)
         runs = len(event.runs)
         before = self.done
@@ -275,7 +275,7 @@ class MetricSinks:
         """Sends every record of ``metrics.jsonl`` not sent yet; returns how many records were sent."""
         if not self.enabled:
             return 0
-        from imaginejax.runlog import MetricsLog
+        from imaginejax.core.runlog import MetricsLog
 
         names = run_names(self.run_dir)
         sent = 0

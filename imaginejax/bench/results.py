@@ -4,18 +4,18 @@ A :class:`Results` holds every run of every algorithm (its algorithm, seed, rati
 hyperparameters, success and return at each evaluation, per-task success at the last one, whether it
 stayed finite), each sweep's metadata (what ``sweep.json`` records besides the runs) and the data
 sources' summaries (``sources.json`` of a workspace). :func:`from_sweep` builds it from a trained
-:class:`~imaginejax.sweep.SweepResult`; :func:`load_sweep` reads it from a sweep directory or a
+:class:`~imaginejax.training.sweep.SweepResult`; :func:`load_sweep` reads it from a sweep directory or a
 workspace, and gives back exactly what :func:`from_sweep` built (``load_sweep(dir) == results``).
 
-On disk, a sweep directory holds ``sweep.json`` (:func:`imaginejax.sweep.run_sweep`), ``metrics.jsonl``
-(:mod:`imaginejax.runlog`) and ``task_success.json`` (:func:`save_task_success`); a workspace holds
+On disk, a sweep directory holds ``sweep.json`` (:func:`imaginejax.training.sweep.run_sweep`), ``metrics.jsonl``
+(:mod:`imaginejax.core.runlog`) and ``task_success.json`` (:func:`save_task_success`); a workspace holds
 ``runs/<algorithm>/`` sweep directories and ``sources.json``. A sweep still running is read up to the
 last evaluation every run has reached.
 
 :meth:`Results.groups` splits the runs into groups of seeds (one algorithm and configuration each), what
-:mod:`imaginejax.report` and :mod:`imaginejax.figures` compute statistics over. Outside equality, a result
+:mod:`imaginejax.bench.report` and :mod:`imaginejax.bench.figures` compute statistics over. Outside equality, a result
 knows where each algorithm's trained states are (in memory after training, the final checkpoints of a
-workspace read back), so :meth:`Results.policy` gives any run's :class:`~imaginejax.policy.Policy`, the run
+workspace read back), so :meth:`Results.policy` gives any run's :class:`~imaginejax.bench.policy.Policy`, the run
 picked by its fields with :func:`find_run`.
 """
 
@@ -30,14 +30,13 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
-from imaginejax.files import RETRAIN, fields_of, read_json, write_json
-from imaginejax.runlog import MetricsLog
+from imaginejax.core.files import RETRAIN, fields_of, read_json, write_json
+from imaginejax.core.runlog import MetricsLog
 
 if TYPE_CHECKING:
     from imaginejax.algos.base import Spec
     from imaginejax.algos.networks import NetConfig
-    from imaginejax.policy import Policy
-    from imaginejax.sweep import SweepResult
+    from imaginejax.training.sweep import SweepResult
 
 SWEEP_FILE = "sweep.json"
 TASK_SUCCESS_FILE = "task_success.json"
@@ -49,7 +48,7 @@ class Run:
 
     Attributes:
       algo: algorithm registry name.
-      run, config, seed, ratio, hp, data: its row of the sweep table (:class:`~imaginejax.sweep.RunSpec`).
+      run, config, seed, ratio, hp, data: its row of the sweep table (:class:`~imaginejax.training.sweep.RunSpec`).
       steps: (I,) gradient updates at each evaluation.
       success, returns: level -> (I,) success rate and mean return at each evaluation.
       task_success: level -> (K,) success on each task at the last evaluation (empty when not recorded).
@@ -136,26 +135,6 @@ class Results:
     sweeps: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
     sources: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
     trained: dict[str, TrainedRuns | Path] = dataclasses.field(default_factory=dict, compare=False, repr=False)
-
-    def policy(self, algo: str | None = None, seed: int | None = None, ratio: float | None = None,
-               data: str | None = None, hp: Mapping[str, float] | None = None) -> Policy:
-        """The trained policy of the one run matching the given fields (:func:`imaginejax.policy.from_results`)."""
-        from imaginejax.policy import from_results
-
-        return from_results(self, algo=algo, seed=seed, ratio=ratio, data=data, hp=hp)
-
-    def table(self, statistic: str = "iqm", reps: int = 2000, seed: int = 0, last: int = 5) -> str:
-        """The markdown results table (:func:`imaginejax.report.table`)."""
-        from imaginejax.report import table
-
-        return table(self, statistic, reps, seed, last)
-
-    def curves(self, statistic: str = "iqm", reps: int = 2000, seed: int = 0) -> list[dict[str, Any]]:
-        """Learning curves: per group, level and evaluation the point estimate over seeds and its 95 %
-        interval (:func:`imaginejax.figures.curve_rows`; :func:`imaginejax.figures.write_figures` plots them)."""
-        from imaginejax.figures import curve_rows
-
-        return curve_rows(self.groups(), self.levels, statistic, reps, seed)
 
     def groups(self) -> list[Group]:
         """Groups of finite runs in sweep order, then configuration order (empty groups dropped)."""

@@ -1,8 +1,8 @@
-"""Figures of :class:`~imaginejax.results.Results`: learning curves and per-level bar charts.
+"""Figures of :class:`~imaginejax.bench.results.Results`: learning curves and per-level bar charts.
 
-For every group of seeds (:meth:`~imaginejax.results.Results.groups`), level and evaluation the point
+For every group of seeds (:meth:`~imaginejax.bench.results.Results.groups`), level and evaluation the point
 estimate (IQM by default, or the mean) over seeds and its stratified-bootstrap 95 % interval come from
-:mod:`imaginejax.stats`.
+:mod:`imaginejax.bench.stats`.
 
 Output (:func:`write_figures`), everything under one directory:
 
@@ -11,9 +11,9 @@ Output (:func:`write_figures`), everything under one directory:
   the plotted numbers (group, level, step, n, point_pct, low_pct, high_pct, mean_pct);
 * ``bars.png`` — final success rate per level, one bar per group with its 95 % interval and, when
   given, the random policy's success as a dashed line; ``bars.csv`` — the plotted numbers;
-* ``results.md`` — the plain table of :func:`imaginejax.report.table`;
+* ``results.md`` — the plain table of :func:`imaginejax.bench.report.table`;
 * ``protocol.png`` / ``protocol.csv`` — for sweeps whose runs name their data source, per level the
-  data conditions it has (real only, + imaginary, + oracle) side by side (:func:`imaginejax.report.protocol_rows`).
+  data conditions it has (real only, + imaginary, + oracle) side by side (:func:`imaginejax.bench.report.protocol_rows`).
 
 Each figure is built by its ``*_figure`` function and saved at :data:`DPI`. Plots use matplotlib's
 non-interactive Agg backend (no display needed); matplotlib is imported only here.
@@ -29,10 +29,16 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from imaginejax.files import atomic_path, write_text
-from imaginejax.report import CONDITIONS, STATISTICS, protocol_rows, table
-from imaginejax.results import Group, Results
-from imaginejax.stats import stratified_bootstrap_ci
+from imaginejax.bench.report import CONDITIONS, STATISTICS, protocol_rows, table
+from imaginejax.bench.results import Group, Results
+from imaginejax.bench.stats import stratified_bootstrap_ci
+from imaginejax.core.files import atomic_path, write_text
+
+
+def curves(results: Results, statistic: str = "iqm", reps: int = 2000, seed: int = 0) -> list[dict[str, Any]]:
+    """Learning curves of ``results``: per group, level and evaluation the point estimate over seeds and its
+    95 % interval (:func:`curve_rows` of its groups; :func:`write_figures` plots them)."""
+    return curve_rows(results.groups(), results.levels, statistic, reps, seed)
 
 
 def curve_rows(groups: Sequence[Group], levels: Sequence[str], statistic: str = "iqm",
@@ -190,7 +196,7 @@ def bars_figure(bars: Sequence[Mapping[str, Any]], groups: Sequence[Group], leve
 
 
 def protocol_figure(rows: Sequence[Mapping[str, Any]], levels: Sequence[str], env: str | None, name: str) -> Any:
-    """The three-way comparison of :func:`imaginejax.report.protocol_rows`: one panel per level with rows, a
+    """The three-way comparison of :func:`imaginejax.bench.report.protocol_rows`: one panel per level with rows, a
     tick per algorithm (and hyperparameters, ratio) and its conditions' bars centred on the tick.
 
     Only the conditions present are drawn (the train level has real only). A panel's width follows its
@@ -275,7 +281,7 @@ def write_figures(results: Results, out_dir: str | os.PathLike[str], *, statisti
     try:
         import matplotlib
     except ImportError:
-        from imaginejax.progress import MissingDependency
+        from imaginejax.training.progress import MissingDependency
 
         raise MissingDependency("figures need matplotlib, which is not installed: pip install 'imaginejax[figures]' "
                                 "(or pip install matplotlib), or skip them with --no-figures / "

@@ -2,7 +2,7 @@
 
 A sweep across P processes (hosts of a TPU pod slice, nodes of a GPU cluster, or P processes on one
 machine) is one ``jax.distributed`` job: each process builds the same sweep and datasets, the engine's
-default mesh spans the devices of all of them (:func:`imaginejax.engine.default_mesh`), and every
+default mesh spans the devices of all of them (:func:`imaginejax.training.kernel.default_mesh`), and every
 process gets the same results back. What this module adds to JAX's runtime:
 
 * :func:`initialize` joins the job from the environment (``JAX_COORDINATOR_ADDRESS``,

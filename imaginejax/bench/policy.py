@@ -1,6 +1,6 @@
 """A trained policy to take away: one run's acting parameters, saved, loaded and run anywhere.
 
-    policy = results.policy(algo="bc", seed=0)       # results of fit(), bench.train or load_sweep(workspace)
+    policy = Policy.from_results(results, algo="bc", seed=0)  # of fit(), protocol.train or load_sweep(workspace)
     policy.save("policy/")                           # policy.safetensors + policy.json
     policy = Policy.load("policy/")
     actions = policy.predict(obs)                    # obs (B, S+E) -> (B,) int32 or (B, A) float32
@@ -39,11 +39,11 @@ from imaginejax import algos as algo_registry
 from imaginejax.algos.base import Algorithm, Spec
 from imaginejax.algos.common import DataStats
 from imaginejax.algos.networks import NetConfig
-from imaginejax.files import field_problem, write_bytes, write_json
+from imaginejax.core.files import field_problem, write_bytes, write_json
 
 if TYPE_CHECKING:
-    from imaginejax.evaluation import EvalResult
-    from imaginejax.results import Results, TrainedRuns
+    from imaginejax.bench.results import Results, TrainedRuns
+    from imaginejax.training.evaluation import EvalResult
 
 PyTree = Any
 FORMAT = "imaginejax-policy"
@@ -194,7 +194,7 @@ class Policy:
         return jax.jit(predict)
 
     def policy_fn(self) -> Any:
-        """``(obs (B, S+E), key) -> actions``, deterministic, for :func:`imaginejax.evaluation.evaluate`
+        """``(obs (B, S+E), key) -> actions``, deterministic, for :func:`imaginejax.training.evaluation.evaluate`
         (jit it: the leaves ``act`` never reads are then never built)."""
         act, fill, tensors = self.algorithm.act, self.fill, self.tensors
 
@@ -271,8 +271,8 @@ class Policy:
     # -- evaluating it ---------------------------------------------------------------------------
     def evaluate(self, level: str, episodes: int, seed: int = 0) -> "EvalResult":
         """Success of this policy on ``level`` of its environment through the jitted evaluation of
-        training (:func:`imaginejax.evaluation.evaluate`, every task equally often, key ``PRNGKey(seed)``)."""
-        from imaginejax.evaluation import evaluate
+        training (:func:`imaginejax.training.evaluation.evaluate`, every task equally often, key ``PRNGKey(seed)``)."""
+        from imaginejax.training.evaluation import evaluate
 
         env, params = self.environment(level)
         run = jax.jit(lambda key: evaluate(self.policy_fn(), env, params, key, episodes))
@@ -304,6 +304,13 @@ class Policy:
         write_bytes(directory / TENSORS_FILE, data)
         write_json(directory / RECORD_FILE, self.record(hashlib.sha256(data).hexdigest()))
         return directory
+
+    @classmethod
+    def from_results(cls, results: "Results", algo: str | None = None, seed: int | None = None,
+                     ratio: float | None = None, data: str | None = None,
+                     hp: Mapping[str, float] | None = None) -> "Policy":
+        """The trained policy of the one run of ``results`` matching the given fields (:func:`from_results`)."""
+        return from_results(results, algo=algo, seed=seed, ratio=ratio, data=data, hp=hp)
 
     @classmethod
     def load(cls, directory: str | os.PathLike[str]) -> "Policy":
@@ -554,8 +561,8 @@ def evaluate_gym(policy: Policy, level: str, episodes: int, seed: int = 0) -> Gy
     to a multiple of the level's K tasks; episode i runs task ``i mod K``; reset with ``seed``: row i
     starts from ``PRNGKey(seed + i)``), each to its first end (success or the step cap)."""
     from imaginejax import envs
-    from imaginejax.evaluation import episodes_per_level
     from imaginejax.interop.gym_adapter import make_vec
+    from imaginejax.training.evaluation import episodes_per_level
 
     num_tasks = int(envs.make(policy.env, level)[1].num_tasks)
     n = episodes_per_level(episodes, num_tasks)
@@ -580,13 +587,13 @@ def evaluate_gym(policy: Policy, level: str, episodes: int, seed: int = 0) -> Gy
 def from_results(results: "Results", algo: str | None = None, seed: int | None = None, ratio: float | None = None,
                  data: str | None = None, hp: Mapping[str, float] | None = None) -> Policy:
     """The policy of the one run of ``results`` that matches every given field
-    (:func:`imaginejax.results.find_run`; ``data="real"`` names the real-only runs).
+    (:func:`imaginejax.bench.results.find_run`; ``data="real"`` names the real-only runs).
 
     Raises:
       PolicyError: no run or several runs match (the message names the values and the fields that tell them
         apart), or the result holds no trained states for the algorithm.
     """
-    from imaginejax.results import find_run
+    from imaginejax.bench.results import find_run
 
     try:
         run = find_run(results, algo=algo, seed=seed, ratio=ratio, data=data, hp=hp)
@@ -600,7 +607,7 @@ def from_results(results: "Results", algo: str | None = None, seed: int | None =
         trained = trained_from_disk(Path(trained), run.algo, run.run)
     state = jax.tree.map(lambda x: np.asarray(x)[trained.row(run.run)], trained.states)
     record = algo_registry.make(run.algo, trained.spec, trained.net, **trained.options)
-    from imaginejax.sweep import RunSpec, Sweep
+    from imaginejax.training.sweep import RunSpec, Sweep
 
     spec_row = RunSpec(run=0, config=0, seed=run.seed, ratio=run.ratio, hp=dict(run.hp), data=run.data)
     hp_one = jax.tree.map(lambda x: x[0], Sweep((spec_row,)).build(record.default_hp(trained.spec)).hp)
@@ -619,12 +626,13 @@ def trained_from_disk(sweep_dir: Path, algo: str, run: int) -> "TrainedRuns":
       PolicyError: the sweep is not in a workspace, has no checkpoint of the run, or is not finished.
     """
     from imaginejax import envs
-    from imaginejax.bench import WORKSPACE_FILE, WORKSPACE_FIX, algorithm_shapes
-    from imaginejax.checkpoint import list_checkpoints, load_checkpoint
-    from imaginejax.config import Config, from_dict
+    from imaginejax.bench.config import Config, from_dict
+    from imaginejax.bench.results import RETRAIN, SWEEP_FILE, TrainedRuns
+    from imaginejax.bench.sweeps import algorithm_shapes
+    from imaginejax.bench.workspace import WORKSPACE_FILE, WORKSPACE_FIX
+    from imaginejax.core.checkpoint import list_checkpoints, load_checkpoint
+    from imaginejax.core.files import fields_of, read_json
     from imaginejax.lang import EMBED_DIM
-    from imaginejax.files import fields_of, read_json
-    from imaginejax.results import RETRAIN, SWEEP_FILE, TrainedRuns
 
     workspace = sweep_dir.parent.parent
     if not (workspace / WORKSPACE_FILE).is_file():

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import NamedTuple
 
-from imaginejax.files import file_sha256
+from imaginejax.core.files import file_sha256
 
 
 class WeightPackage(NamedTuple):

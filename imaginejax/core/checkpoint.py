@@ -1,6 +1,6 @@
 """Checkpoints on orbax-checkpoint: synchronous, atomic, integrity-checked, last N kept.
 
-Every checkpoint of the project (sweep state in :mod:`imaginejax.engine`, the HalfCheetah expert's
+Every checkpoint of the project (sweep state in :mod:`imaginejax.training.loop`, the HalfCheetah expert's
 training state in ``experiments/experts/cheetah_sac.py``, the KALM imaginer's fine-tuning state in
 :mod:`imaginejax.imaginer.finetune`) goes through :func:`save_checkpoint` / :func:`load_checkpoint`.
 Storage is orbax's: an ``orbax.checkpoint.CheckpointManager`` (``enable_async_checkpointing=False``,
@@ -41,7 +41,7 @@ Guarantees:
   int32/64, uint32 PRNG key data, bool). Zero-size arrays, which orbax refuses to store, are kept in
   the manifest only (their shape and dtype are their whole content).
 
-Several processes (:mod:`imaginejax.distributed`): every process calls :func:`save_checkpoint` with the
+Several processes (:mod:`imaginejax.core.distributed`): every process calls :func:`save_checkpoint` with the
 same arrays and takes part in orbax's multi-host save, whose barriers keep them in step; the primary
 host (process 0) alone writes the tree, finalizes (the manifest, the seal) and renames, and alone
 clears what a killed process left. Every process reads with :func:`load_checkpoint`, so the directory
@@ -69,8 +69,8 @@ import numpy as np
 import orbax.checkpoint as ocp
 from etils import epath
 
-from imaginejax.files import file_sha256
-from imaginejax.paths import absolute
+from imaginejax.core.files import file_sha256
+from imaginejax.core.paths import absolute
 
 PyTree = Any
 FORMAT = "imaginejax-checkpoint"
@@ -440,7 +440,7 @@ def load_checkpoint(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[
     path = absolute(path)  # orbax refuses relative paths
     if not path.is_dir():
         raise CheckpointError(f"checkpoint {path} does not exist (or is not a directory): list the checkpoints "
-                              f"of {path.parent} with imaginejax.checkpoint.list_checkpoints, or start again "
+                              f"of {path.parent} with imaginejax.core.checkpoint.list_checkpoints, or start again "
                               "without resume")
     if (path / "arrays.npz").is_file() and not (path / ITEM).exists():
         raise CheckpointError(f"checkpoint {path} is in the NumPy format of an older ImagineJAX (arrays.npz), "

@@ -1,0 +1,233 @@
+"""The data of a sweep: real data (cached expert trajectories, or given datasets), imaginary data (the
+imaginer's rollouts, filtered as ``imagine.filter`` says) and oracle data (expert rollouts of the novel
+levels), grouped into the sources mixed into the real data (``"<condition>/<level>"``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Sequence
+
+import jax
+import numpy as np
+
+from imaginejax import envs
+from imaginejax.bench.config import Config, ConfigError, data_conditions, imagined_levels, level_episodes
+from imaginejax.core.paths import absolute, cache_root
+from imaginejax.core.runlog import Log, log_stderr, quiet
+from imaginejax.data import TrajectoryDataset, load_dataset, read_manifest
+from imaginejax.data.experts import cached_expert_data
+
+DataArg = str | os.PathLike[str] | TrajectoryDataset  # a dataset directory, or a dataset in memory
+
+
+def origin(item: DataArg) -> str:
+    """Where a given dataset comes from, for messages and the settings exchange of several processes."""
+    if isinstance(item, TrajectoryDataset):
+        return f"memory ({item.env}/{item.level} {item.source} data, {item.num_trajectories} trajectories)"
+    return str(item)
+
+
+def data_root(config: Config) -> Path:
+    """``data.dir``, or ``$IMAGINEJAX_HOME/data``."""
+    return absolute(config.data.dir) if config.data.dir else cache_root() / "data"
+
+
+def real_data(config: Config, log: Log = log_stderr) -> list[TrajectoryDataset]:
+    """The configuration's real data: expert trajectories of the training level (cached)."""
+    d = config.data
+    return [cached_expert_data(d.env, "train", d.episodes, d.seed, d.epsilon, data_root(config), embed=d.embed,
+                               log=log)]
+
+
+def first_trajectories(datasets: Sequence[TrajectoryDataset], count: int) -> list[TrajectoryDataset]:
+    """The first ``count`` trajectories of ``datasets`` in order (datasets cut or dropped as needed)."""
+    out, left = [], count
+    for ds in datasets:
+        if left <= 0:
+            break
+        n = min(left, ds.num_trajectories)
+        rows = {f: getattr(ds, f)[:n] for f in ("states", "actions", "rewards", "mask", "terminals", "truncations",
+                                                "instruction_ids", "goals")}
+        out.append(dataclasses.replace(ds, **rows))
+        left -= n
+    return out
+
+
+def oracle_data(config: Config, log: Log = log_stderr) -> list[TrajectoryDataset]:
+    """Expert rollouts of every imagined level's tasks (cached): the oracle condition's data."""
+    im, d = config.imagine, config.data
+    return [cached_expert_data(d.env, level, level_episodes(config, level), im.seed + i, d.epsilon,
+                               data_root(config), embed=d.embed, log=log)
+            for i, level in enumerate(imagined_levels(config))]
+
+
+def filter_imaginary(config: Config, datasets: Sequence[TrajectoryDataset],
+                     log: Log = log_stderr) -> list[TrajectoryDataset]:
+    """``imagine.filter`` applied to imaginer rollouts (:func:`~imaginejax.imaginer.quality.filter_dataset`;
+    the filter and its counts are recorded in each dataset's provenance)."""
+    if config.imagine.filter == "none":
+        return list(datasets)
+    from imaginejax.imaginer.quality import filter_dataset, score_dataset
+
+    out = []
+    for ds in datasets:
+        kept = filter_dataset(ds, score_dataset(ds), require_legal=True,
+                              require_goal=config.imagine.filter == "consistent-legal")
+        log(f"  {ds.env}/{ds.level}: filter {config.imagine.filter!r} kept {kept.num_trajectories} of "
+            f"{ds.num_trajectories} imaginary rollouts")
+        out.append(kept)
+    return out
+
+
+def check_oracle_given(config: Config, oracle: Sequence[DataArg]) -> None:
+    """Refuses oracle datasets for a sweep that trains no oracle condition (ConfigError naming the fix)."""
+    if oracle and "oracle" not in data_conditions(config):
+        raise ConfigError(f"--oracle data is given but the oracle condition is not trained (train.conditions = "
+                          f"{list(config.train.conditions)}, ratios {list(config.train.ratios)}): add 'oracle' to "
+                          "train.conditions and a ratio > 0 to train.ratios")
+
+
+def mixed_sources(config: Config, real: Sequence[TrajectoryDataset], out_dir: str | Path, *,
+                  imaginary: Sequence[DataArg] = (), oracle: Sequence[DataArg] = (),
+                  log: Log = log_stderr) -> dict[str, list[TrajectoryDataset]]:
+    """The data mixed into the real data, by source name: ``"<condition>/<level>"`` (per-level protocol)
+    or ``"<condition>/pooled"``, for the conditions 'imaginary' and 'oracle' of :func:`data_conditions`.
+    ``imaginary`` / ``oracle``: given datasets (directories or in memory) instead of the pipeline's; ``oracle``
+    holds real rollouts of novel levels to use as the oracle's data instead of collecting them
+    (:func:`train` has refused them already when no oracle condition is trained: :func:`check_oracle_given`).
+
+    Raises:
+      ConfigError: a given imaginary or oracle dataset is of a level that is not a novel level of the
+        environment.
+    """
+    conditions = data_conditions(config)
+    env_name = config.data.env
+    novel = [lv for lv in envs.ENV_LEVELS[env_name] if lv != "train"]
+    per_condition: dict[str, list[TrajectoryDataset]] = {}
+    if imaginary or "imaginary" in conditions:
+        if imaginary:
+            datasets = load_datasets(imaginary, "imaginary", env_name, log)
+        else:
+            datasets = imaginary_data(config, real, Path(out_dir) / "imaginary", log)
+        per_condition["imaginary"] = filter_imaginary(config, datasets, log)
+    if "oracle" in conditions:
+        per_condition["oracle"] = (load_datasets(oracle, "real", env_name, log) if oracle
+                                   else oracle_data(config, log))
+    sources: dict[str, list[TrajectoryDataset]] = {}
+    for condition, datasets in per_condition.items():
+        for ds in datasets:
+            if ds.level not in novel:
+                raise ConfigError(f"{condition} data of level {ds.level!r} cannot be mixed into a novel level of "
+                                  f"{env_name} ({', '.join(novel)}): {condition} data is made for (and "
+                                  "mixed into) the level of its instructions")
+        if config.train.protocol == "pooled":
+            sources[f"{condition}/pooled"] = list(datasets)
+            continue
+        for level in novel:
+            parts = [ds for ds in datasets if ds.level == level]
+            if parts:
+                sources[f"{condition}/{level}"] = parts
+    return sources
+
+
+def load_datasets(items: Sequence[DataArg], source: str, env_name: str,
+                  log: Log = quiet) -> list[TrajectoryDataset]:
+    """Datasets read from directories or given in memory, checked to be of ``env_name`` and ``source``.
+
+    Raises:
+      ConfigError: a dataset of another environment or source (the message names the directory).
+    """
+    out = []
+    for item in items:
+        ds = item if isinstance(item, TrajectoryDataset) else load_dataset(item)
+        path = origin(item)
+        if ds.env != env_name:
+            raise ConfigError(f"{path} holds {ds.env} data but data.env is {env_name!r}: pass --set data.env={ds.env} "
+                              "or data of the configured environment")
+        if ds.source != source:
+            raise ConfigError(f"{path} holds {ds.source} data, expected {source} here: pass it with "
+                              f"--{'real' if ds.source == 'real' else 'imaginary'}")
+        log(f"  {ds.env}/{ds.level}: {ds.num_trajectories} {source} trajectories from {path}")
+        out.append(ds)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------
+# Imaginary data
+# ---------------------------------------------------------------------------------------------------
+def _level_key(seed: int, index: int) -> jax.Array:
+    """The generation key of the index-th imagined level."""
+    return jax.random.fold_in(jax.random.PRNGKey(seed), index)
+
+
+def imagine_datasets(config: Config, real: Sequence[TrajectoryDataset], out_dir: str | Path,
+                     log: Log = log_stderr) -> list[TrajectoryDataset]:
+    """Fine-tunes the imaginer preset on ``real`` and writes one imaginary dataset per level to ``out_dir``.
+
+    The fine-tuning run lives in ``out_dir/imaginer`` and resumes from its checkpoints; a level's dataset
+    already written by the same weights with the same count and key is read back, not generated again.
+
+    Returns:
+      The imaginary datasets, in the order of :func:`~imaginejax.bench.config.imagined_levels`.
+    """
+    from imaginejax.imaginer.finetune import finetune
+    from imaginejax.imaginer.imagine import write_imaginary_datasets
+
+    im, env_name = config.imagine, config.data.env
+    out_dir = Path(out_dir)
+    start = time.perf_counter()
+    if im.preset == "shipped":
+        from imaginejax.imaginer.shipped import ShippedImaginerError, load_shipped
+
+        try:
+            imaginer = load_shipped(env_name)
+        except ShippedImaginerError as error:
+            raise ConfigError(f"imagine.preset 'shipped': {error}") from None
+        log(f"imaginer: the package's trained {env_name} imaginer ({imaginer.model_name}, {imaginer.step} "
+            f"fine-tuning steps; no fine-tuning now) loaded in {time.perf_counter() - start:.0f}s")
+    else:
+        log(f"imaginer: fine-tuning preset {im.preset!r} {dict(im.finetune) or ''} on "
+            f"{sum(ds.num_trajectories for ds in real)} real trajectories in {out_dir / 'imaginer'} (skip it with "
+            "imagine.preset='shipped' where a trained imaginer ships, or pass --imaginary)")
+        try:
+            imaginer = finetune(im.preset, list(real), out_dir / "imaginer", resume=True, progress=True,
+                                **dict(im.finetune)).imaginer
+        except TypeError as error:  # a preset field the imaginer does not know
+            raise ConfigError(f"imagine.finetune: {error}") from None
+        log(f"imaginer: {imaginer.step} fine-tuning steps done ({time.perf_counter() - start:.0f}s)")
+    datasets = []
+    for index, level in enumerate(imagined_levels(config)):
+        path, count, key = out_dir / f"{env_name}-{level}-imaginary", level_episodes(config, level), _level_key(im.seed, index)
+        # write_imaginary_datasets generates its i-th level with fold_in(key, i); here i = 0.
+        key_data = [int(v) for v in np.asarray(jax.random.fold_in(key, 0)).ravel()]
+        provenance = read_manifest(path).get("provenance", {}) if (path / "manifest.json").exists() else {}
+        if (provenance.get("checkpoint_hash") == imaginer.checkpoint_hash
+                and provenance.get("num_requested") == count and provenance.get("key") == key_data):
+            log(f"  {env_name}/{level}: reading imaginary rollouts written by these weights from {path}")
+        else:
+            start = time.perf_counter()
+            write_imaginary_datasets(imaginer, env_name, out_dir, count, key, levels=(level,),
+                                     embed=config.data.embed, overwrite=True, chunk_size=im.chunk_size,
+                                     progress=sys.stderr.isatty())
+            log(f"  {env_name}/{level}: generated {count} imaginary rollouts in {time.perf_counter() - start:.0f}s")
+        ds = load_dataset(path)
+        p = ds.provenance
+        log(f"  {env_name}/{level}: {ds.num_trajectories} imaginary rollouts, {ds.num_transitions} steps, "
+            f"{p.get('success_rate', float('nan')):.0%} reach their goal, {p.get('num_dropped_nonfinite', 0)} dropped")
+        datasets.append(ds)
+    return datasets
+
+
+def imaginary_data(config: Config, real: Sequence[TrajectoryDataset], out_dir: str | Path,
+                   log: Log = log_stderr) -> list[TrajectoryDataset]:
+    """The configuration's imaginary data (``imagine.source``): imaginer rollouts, oracle expert
+    rollouts of the novel levels, or nothing."""
+    if config.imagine.source == "none":
+        return []
+    if config.imagine.source == "oracle":
+        return oracle_data(config, log)
+    return imagine_datasets(config, real, out_dir, log)

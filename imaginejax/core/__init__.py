@@ -1,0 +1,2 @@
+"""The floor every layer stands on: atomic files, paths, pinned weights, checkpoints, multi-process
+coordination and message/metrics logs. Imports nothing of the project above ``imaginejax.core``."""
