@@ -1,10 +1,8 @@
 """HalfCheetah: nine language-conditioned locomotion tasks on Gymnasium's HalfCheetah-v5 (BENCHMARK §2.5).
 
-Modules: :mod:`model` (loads Gymnasium's MJCF; model constants), :mod:`backends` (one functional
-physics step, MuJoCo C on the host through ``pure_callback`` or MJX inside ``jit``), :mod:`tasks` (goals,
-running quantities, success / reward / legality predicates), :mod:`instructions` (phrasings per level),
-:mod:`env` (the pure environment), :mod:`expert` (the shipped SAC expert's acting), :mod:`quality` (what
-the quality report of generated rollouts checks), :mod:`render` (its MuJoCo scene).
+Modules: :mod:`model`, :mod:`backends` (one physics step, MuJoCo C through ``pure_callback`` or MJX),
+:mod:`tasks`, :mod:`instructions`, :mod:`env`, :mod:`expert` (the shipped SAC expert), :mod:`quality`,
+:mod:`render`.
 """
 
 from imaginejax.envs.cheetah import quality, render, tasks
