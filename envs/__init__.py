@@ -3,7 +3,7 @@
 ``env, params = make(name, level)`` returns a stateless environment object and the pytree of the level's
 task table (see ARCHITECTURE.md, "Contracts: Environment"). Each environment is a package
 ``imaginejax.envs.<name>`` whose ``ENTRY`` (:class:`~imaginejax.envs.registry.EnvEntry`) says how to build
-it, its expert and its quality rules; :data:`PACKAGES` lists them. Adding an environment is one package
+it, its expert, its quality rules and how its episodes are drawn; :data:`PACKAGES` lists them. Adding an environment is one package
 and one name there.
 """
 
@@ -15,7 +15,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any, Callable
 
 from imaginejax.envs.base import Encoder
-from imaginejax.envs.registry import EnvEntry, QualityRules
+from imaginejax.envs.registry import EnvEntry, QualityRules, Renderer
 
 # One name per environment: the package under imaginejax.envs that holds its ENTRY (imported on first use).
 PACKAGES: tuple[str, ...] = ("clevr", "babyai", "cheetah", "metaworld", "libero")
@@ -93,6 +93,18 @@ def quality_rules(name: str) -> QualityRules | None:
     return None if found.quality is None else found.quality()
 
 
+@functools.lru_cache(maxsize=None)
+def renderer(name: str) -> Renderer:
+    """How pictures of environment ``name``'s episodes are made (built once).
+
+    Raises: ValueError naming the environments with pictures, for an unknown one or one without.
+    """
+    if name not in PACKAGES or entry(name).renderer is None:
+        drawn = [known for known in registered() if entry(known).renderer is not None]
+        raise ValueError(f"no frames for environment {name!r}; environments with frames: {', '.join(drawn)}")
+    return entry(name).renderer()
+
+
 class _Levels(Mapping[str, tuple[str, ...]]):
     """name -> its levels, read from the entry (importing only the environment asked for)."""
 
@@ -111,4 +123,5 @@ class _Levels(Mapping[str, tuple[str, ...]]):
 ENV_LEVELS: Mapping[str, tuple[str, ...]] = _Levels()
 
 
-__all__ = ["ENV_LEVELS", "PACKAGES", "entry", "expert_policy", "make", "quality_rules", "registered"]
+__all__ = ["ENV_LEVELS", "PACKAGES", "entry", "expert_policy", "make", "quality_rules", "registered",
+           "renderer"]

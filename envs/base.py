@@ -1,19 +1,6 @@
-"""What every instruction-following environment shares: the level's task table and the thin views.
-
-An environment module supplies its world (state pytree, batched dynamics, goals and predicates); this
-module supplies, once:
-
-* :class:`EpisodeState` — the episode fields that every environment's state extends with its world;
-* :class:`EnvParams` — a level's task table (goal vectors, phrasing ids per task, instruction
-  embeddings, step cap), built by :func:`make_level_params`;
-* :func:`instruction_table` — the level's unique instruction strings and each task's ids into them, and
-  :func:`level_instruction_functions` — an instructions module's cached per-level lookups built on it;
-* :class:`TaskEnv` — the declarative class attributes and metadata taken from the environment's own
-  modules (its tasks module, its instructions module, its ``make_params``; see :class:`TaskEnv`),
-  observation = state ⊕ instruction embedding, the goal of a state, the episode bookkeeping of a step
-  (:meth:`TaskEnv.episode_flags`), and the single-environment ``reset`` / ``reset_to_task`` / ``step`` as
-  batch-of-one views of the batched kernels ``reset_batch`` / ``reset_to_task_batch`` / ``step_batch``
-  that a subclass implements.
+"""What every instruction-following environment shares: the episode fields, a level's task table
+(:class:`EnvParams`), instruction tables, and :class:`TaskEnv`, whose single-environment ``reset`` /
+``step`` are views of the batched kernels a subclass implements (docs/envs.md).
 """
 
 from __future__ import annotations
@@ -32,16 +19,9 @@ from flax import struct
 
 @struct.dataclass
 class EpisodeState:
-    """The episode fields of every environment's state; an environment's ``EnvState`` subclasses it and
-    adds its world. Each field gets a leading (B,) axis in the batched kernels.
-
-    Attributes:
-      t: () int32 steps taken in this episode.
-      task: () int32 row of ``params.goals``.
-      instruction: () int32 id into the level's instruction table.
-      done: () bool, the episode has ended (success or time limit).
-      success: () bool, it has ended in success (sticky).
-    """
+    """The episode fields of every environment's state (each () here, (B,) in the batched kernels):
+    t int32 steps taken, task int32 row of ``params.goals``, instruction int32 id into the level's
+    instruction table, done bool (ended), success bool (ended in success; sticky)."""
 
     t: jax.Array
     task: jax.Array
@@ -131,16 +111,9 @@ def check_level(env: str, level: str, levels: Sequence[str]) -> None:
 
 
 def cached_level_goals(env: str, builders: Mapping[str, Callable[[], np.ndarray]]) -> Callable[[str], np.ndarray]:
-    """A tasks module's ``level_goals(level)``: each level's goal table built once, on first use.
-
-    Args:
-      env: the environment's name in error messages (:func:`check_level`).
-      builders: level -> function building its (K, G) int32 goal table, in level order (their keys are
-        the valid levels; two levels may share a builder, e.g. train and rephrase).
-
-    Returns:
-      ``level_goals(level)`` -> the level's (K, G) goal table, read-only and cached; an unknown level
-      raises ValueError naming the valid ones.
+    """A tasks module's ``level_goals(level) -> (K, G) int32`` (read-only), each level's table built once
+    by ``builders[level]()``; an unknown level raises ValueError naming the valid ones (``env`` names the
+    environment in the message).
     """
 
     @functools.lru_cache(maxsize=None)
@@ -160,22 +133,15 @@ def cached_level_goals(env: str, builders: Mapping[str, Callable[[], np.ndarray]
 def level_instruction_functions(phrasings: Callable[[_Task, str], Sequence[str]],
                                 tasks_of: Callable[[str], Iterable[_Task]]
                                 ) -> tuple[Callable[[str], InstructionTable], Callable[[str], tuple[str, ...]]]:
-    """An instructions module's two per-level lookups, from how it phrases one task at a level.
-
-    Usage (module level)::
+    """An instructions module's two per-level lookups, from ``phrasings(task, level) -> strings`` (template
+    order; ValueError for a task or level it does not know) and ``tasks_of(level)`` (the rows of
+    ``params.goals``)::
 
         level_instruction_table, level_instructions = level_instruction_functions(goal_instructions,
                                                                                   tasks.level_goals)
 
-    Args:
-      phrasings: ``phrasings(task, level)`` -> the phrasings of one task (a goal vector (G,), a task
-        name, ...) at a level, in template order; it raises ValueError for a task or level it does not know.
-      tasks_of: ``tasks_of(level)`` -> the level's tasks in task order (the rows of ``params.goals``).
-
-    Returns:
-      ``level_instruction_table(level)`` -> :func:`instruction_table` of the level's tasks (strings (M,),
-      phrasing ids (K, P), counts (K,)), cached per level; and ``level_instructions(level)`` -> its M
-      strings, which ``state.instruction`` indexes.
+    ``level_instruction_table(level)`` -> :func:`instruction_table` of the level's tasks (cached);
+    ``level_instructions(level)`` -> its M strings, which ``state.instruction`` indexes.
     """
 
     @functools.lru_cache(maxsize=None)
@@ -192,11 +158,8 @@ def level_instruction_functions(phrasings: Callable[[_Task, str], Sequence[str]]
 
 
 def embed_instructions(strings: Sequence[str], embed: Encoder | None) -> np.ndarray:
-    """The (M, E) float32 embeddings of M instruction strings: ``embed(strings)``, or (M, 0) for None.
-
-    Environments do not load a sentence encoder: the caller passes one, e.g.
-    :func:`imaginejax.lang.encode_instructions` (E = 384).
-    """
+    """The (M, E) float32 embeddings of M instruction strings: ``embed(strings)``, or (M, 0) for None
+    (environments load no encoder: the caller passes one, e.g. :func:`imaginejax.lang.encode_instructions`)."""
     if embed is True:
         raise TypeError("embed=True: environments do not load the sentence encoder; pass "
                         "embed=imaginejax.lang.encode_instructions (E = 384), or embed=None for bare states (E = 0)")
@@ -234,29 +197,12 @@ def _add_batch(tree: Any) -> Any:
 class TaskEnv:
     """Base of the instruction-following environments (stateless; the level lives in the params).
 
-    A subclass names its own modules in its class statement, and the base derives the declarative part::
-
-        class CLEVRRobot(TaskEnv, tasks=tasks, instructions=instr.__name__, make_params=make_params):
-            name = "clevr"
-            num_actions = tasks.NUM_ACTIONS
-            discrete = True
-
-    * ``tasks``: the environment's tasks module. The class gets ``state_dim`` = ``tasks.STATE_DIM``,
-      ``goal_dim`` = ``tasks.GOAL_DIM``, ``levels`` = ``tasks.LEVELS`` and the pure predicates
-      ``success``, ``reward``, ``legal`` (staticmethods of ``tasks.success`` / ``reward`` / ``legal``),
-      unless its body sets them itself.
-    * ``instructions``: the dotted name of its instructions module (imported on first use, so heavy or
-      circular imports stay lazy), whose ``level_instructions(level)`` serves :meth:`instructions`.
-    * ``make_params``: its level-params factory ``make_params(level, *, embed) -> EnvParams``, which
-      serves :meth:`default_params`.
-
-    The subclass sets ``name``, ``discrete`` and ``num_actions`` (discrete) or ``action_dim``
-    (continuous; ``action_low`` / ``action_high`` default to the ±1 box of every continuous environment),
-    implements the batched kernels ``reset_to_task_batch(keys, params, task, phrasing=None)`` and
-    ``step_batch(keys, state, action, params)`` (``reset_batch`` draws tasks uniformly, salted by
-    ``task_salt``), and ``state_vector(state)`` unless its state keeps the vector in a field ``vec``.
-
-    Its state is an :class:`EpisodeState` subclass: the episode fields, then its world.
+    ``class X(TaskEnv, tasks=tasks, instructions=instr.__name__, make_params=make_params)``: the class gets
+    ``state_dim``, ``goal_dim``, ``levels`` and ``success`` / ``reward`` / ``legal`` from the tasks module
+    (unless its body sets them); ``instructions(level)`` from the instructions module (imported on first
+    use) and ``default_params(level)`` from ``make_params``. The subclass sets ``name``, ``discrete`` and
+    ``num_actions`` or ``action_dim``, implements ``reset_to_task_batch`` and ``step_batch`` (and
+    ``state_vector`` unless its state has a field ``vec``); its state is an :class:`EpisodeState` subclass.
     """
 
     name: str
@@ -359,10 +305,8 @@ class TaskEnv:
           keys: (B,) PRNG keys of the phrasing draw (used only when ``phrasing`` is None).
           params: the level's :class:`EnvParams`.
           task: (B,) int32 task rows, or a scalar broadcast to (B,).
-          phrasing: optional (B,) int32 (or scalar) position within each task's phrasing list, taken modulo
-            its count; when None it is drawn by ``draw(keys, counts)`` -> (B,) int32, by default uniformly
-            in [0, count) with ``jax.random.randint``.
-          draw: see ``phrasing``.
+          phrasing: optional (B,) int32 (or scalar) position within each task's phrasing list, modulo its count;
+            None: ``draw(keys, counts) -> (B,)``, by default uniform in [0, count).
         Returns: task (B,) int32 and instruction (B,) int32 (ids into the level's instruction table).
         """
         batch = keys.shape[0]
@@ -408,18 +352,10 @@ class TaskEnv:
     @staticmethod
     def episode_flags(state: Any, succeeded: jax.Array, t: jax.Array, params: EnvParams
                       ) -> tuple[jax.Array, jax.Array, dict[str, jax.Array]]:
-        """Episode bookkeeping of one batched step (no auto-reset).
-
-        Args:
-          state: the batched state before the step (``done`` (B,) marks finished episodes).
-          succeeded: (B,) bool, the success predicate held on this step (already masked by ``~done``).
-          t: (B,) int32 step count after the step.
-          params: the level's params (``max_steps``).
-
-        Returns:
-          done (B,) bool (sticky), success (B,) bool (sticky), and the step's info: ``success`` and
-          ``truncated`` (time limit reached without success), each True only on the step that ended
-          the episode.
+        """Episode bookkeeping of one batched step (no auto-reset): the state before the step (``done``
+        (B,)), ``succeeded`` (B,) bool (already masked by ``~done``), ``t`` (B,) int32 steps after it ->
+        done (B,) bool and success (B,) bool (both sticky) and the step's info {"success", "truncated" (time
+        limit without success)}, each True only on the step that ended the episode.
         """
         truncated = ~state.done & ~succeeded & (t >= params.max_steps)
         done = state.done | succeeded | truncated

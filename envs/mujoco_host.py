@@ -1,42 +1,14 @@
-"""Generic batched MuJoCo C stepping on host threads, reachable from inside ``jit`` (any MjModel).
-
-This is the ``"mujoco"`` physics backend of ARCHITECTURE.md ("Physics backends") in a form that any
-MuJoCo environment can share: it knows nothing about a particular robot. An environment hands it one or
-more compiled ``MjModel`` (one per scene), and it advances batches of states by ``frame_skip`` MuJoCo
-steps with the controls held, all rows of a call in one ``mujoco.rollout`` call per scene on a
-persistent pool of C threads (no GIL)::
+"""Generic batched MuJoCo C stepping on host threads, reachable from inside ``jit`` (any MjModel)::
 
     stepper = HostStepper([model_a, model_b], frame_skip=5, control_spec=CTRL | MOCAP_POS)
     state64, sensors64 = stepper.step64(state64 (N, S), control64 (N, C), scene (N,))   # NumPy, float64
     hi, lo, sensors = host_step(stepper, hi, lo, control, scene)                      # JAX, jit/vmap/scan
 
-State vectors. A state is MuJoCo's ``mjSTATE_FULLPHYSICS`` vector of the row's scene (in MuJoCo 4: time,
-qpos, qvel, act, history, plugin and plasticity state, ``mj_getState`` order; :func:`state_layout` gives
-the slices), zero-padded to the widest scene, ``S = max_g mj_stateSize(model_g, FULLPHYSICS)``.
-A control vector is the ``control_spec`` part (``mjSTATE_CTRL`` by default; mocap poses, applied forces
-and ``eq_active`` are also allowed, see ``mujoco.rollout``), zero-padded the same way. Mocap poses are
-*not* part of the physics state: an environment that moves mocap bodies passes them as control. Rows of different
-scenes may be mixed in one call; rows are grouped by scene on the host.
-
-Sensors. With ``readout=True`` every step also returns the model's ``sensordata`` evaluated on the *final*
-state (what ``mj_forward`` after the last step would give for position/velocity sensors): the rollout
-runs ``frame_skip + 1`` steps, keeps the state after ``frame_skip`` steps and the sensor values computed at
-the start of the extra step, which MuJoCo evaluates on exactly that state. Acceleration/force sensors
-would see the extra step's controls; use position and velocity sensors only (checked at construction).
-
-Precision. MuJoCo computes in float64, JAX (without x64) in float32. Rounding the state to float32 after
-every step changes a trajectory measurably within tens of steps on contact-rich scenes, so the JAX side
-carries each float64 quantity as a float32 pair ``hi + lo`` (:func:`split64` / :func:`join64`; about 48
-significant bits). With x64 enabled ``hi`` is float64 and ``lo`` is zero. State that JAX only carries (and
-never computes with) can instead travel as its exact float64 bit pattern, :func:`pack64` /
-:func:`unpack64` (uint32 pairs); contact-rich scenes amplify even the 2^-48 of hi + lo within tens of steps.
-
-Warm start. Each call starts MuJoCo's constraint solver from a zero warm start (``qacc_warmstart = 0``):
-rollout cannot return the warm start, and a zero start makes every row independent of what the worker
-thread simulated before. Solvers that converge to tolerance (Newton) are insensitive to it.
-
-Non-finite input rows (state or control) are not simulated: their outputs are NaN (MuJoCo would
-otherwise reset such a row silently), so legality checks downstream flag them.
+A state is the row's scene's ``mjSTATE_FULLPHYSICS`` vector zero-padded to the widest scene, a control
+the ``control_spec`` part (mocap poses are control); all rows of a call run in one ``mujoco.rollout`` per
+scene, ``frame_skip`` steps with controls held, from a zero warm start. ``readout`` sensors are those of
+the final state. JAX carries float64 as float32 ``hi + lo`` (:func:`split64`) or bit patterns
+(:func:`pack64`); non-finite rows come back NaN. The reasons: docs/envs.md, "MuJoCo C on host threads".
 """
 
 from __future__ import annotations
@@ -158,7 +130,7 @@ class HostStepper:
       models: the scenes' compiled models (row ``i`` of a call uses ``models[scene[i]]``).
       frame_skip: MuJoCo steps per call, controls held.
       control_spec: ``mjtState`` bits of a control vector (subset of ``mjSTATE_USER``).
-      readout: also return ``sensordata`` on the final state (see the module docstring).
+      readout: also return ``sensordata`` on the final state (position and velocity sensors only).
       state_width / control_width / sensor_width: padded widths S, C, N_s (max over scenes).
       state_sizes / control_sizes / sensor_sizes: per-scene widths.
       calls / rows: host calls made and rows simulated so far (tests and benchmarks read them).
@@ -341,21 +313,18 @@ class HostStepper:
 def host_step(stepper: HostStepper, hi: jax.Array, lo: jax.Array, control: jax.Array,
               scene: jax.Array | int = 0, control_lo: jax.Array | None = None
               ) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """One environment step of every row on the host, usable under ``jit``, ``vmap`` and ``lax.scan``.
+    """One environment step of every row on the host, usable under ``jit``, ``vmap`` (one host call for the
+    whole batch) and ``lax.scan``; not differentiable.
 
     Args:
       stepper: the :class:`HostStepper` (static; its models define the widths).
-      hi: (..., S) float state (high parts; see :func:`split64`).
-      lo: (..., S) same dtype, low parts (zeros are fine).
+      hi, lo: (..., S) float state as high and low parts (:func:`split64`; zero ``lo`` is fine).
       control: (..., C) controls (cast to ``hi``'s dtype).
       scene: (...) int scene index per row, or a scalar for all rows.
       control_lo: optional (..., C) low parts of the controls (float64 = control + control_lo on the host),
         for controls that carry float64 values such as accumulated mocap positions; default zeros.
     Returns:
       ``(hi', lo', sensordata)``: (..., S), (..., S), (..., N_s) in ``hi``'s dtype.
-
-    Under ``vmap`` the callback is called once with the whole batch (``vmap_method="broadcast_all"``), so a
-    vmapped step is still one host call. The step runs on the host: it is not differentiable.
     """
     hi = jnp.asarray(hi)
     dtype = hi.dtype

@@ -1,9 +1,10 @@
 """What one environment registers: :class:`EnvEntry`, and the rules it gives the imaginer's quality report.
 
 Each environment package ``imaginejax.envs.<name>`` exposes one ``ENTRY``; ``imaginejax.envs`` lists the
-packages once. An entry says how to build the environment, how its expert acts and what the quality
+packages once. An entry says how to build the environment, how its expert acts, what the quality
 report checks on generated states (:class:`QualityRules`: legality by cause, projection onto the legal
-set, the simulator set to a state, and the :class:`EpisodeRules` of success and reward).
+set, the simulator set to a state, and the :class:`EpisodeRules` of success and reward) and how pictures
+of its episodes are made (:class:`Renderer`).
 """
 
 from __future__ import annotations
@@ -131,6 +132,42 @@ class QualityRules:
 
 
 @dataclasses.dataclass(frozen=True)
+class Scene:
+    """What MuJoCo renders for one task: the model, how a state is written into its data, the camera
+    (``lookat``, distance, azimuth, elevation; ``track`` names a body the camera follows instead)."""
+
+    model: Any
+    load: Callable[[Any, Any], None]
+    lookat: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    distance: float = 2.0
+    azimuth: float = 90.0
+    elevation: float = -25.0
+    track: str | None = None
+    seconds_per_step: float = 0.05
+
+
+@dataclasses.dataclass(frozen=True)
+class Renderer:
+    """How pictures of an environment's episodes are made: drawn with matplotlib from state vectors
+    (``draw``) or rendered by MuJoCo (``scene``); exactly one of the two is given.
+
+    Attributes:
+      draw: ``draw(ax, state (S,), action, view)`` draws one state on a matplotlib axes; ``action`` is the
+        one taken from that state (None at an episode's last state).
+      view: ``view(states (T+1, S)) -> view`` shared by the panels of one episode; None: ``view`` is None.
+      scene: ``scene(env, params, task) -> Scene`` of one task.
+    """
+
+    draw: Callable[[Any, np.ndarray, Any, Any], None] | None = None
+    view: Callable[[np.ndarray], Any] | None = None
+    scene: Callable[[Any, Any, int], Scene] | None = None
+
+    def __post_init__(self) -> None:
+        if (self.draw is None) == (self.scene is None):
+            raise ValueError("Renderer: give exactly one of draw (matplotlib) and scene (MuJoCo)")
+
+
+@dataclasses.dataclass(frozen=True)
 class EnvEntry:
     """One environment of the registry (``ENTRY`` of its package).
 
@@ -141,6 +178,7 @@ class EnvEntry:
       make_params: ``make_params(level, *, embed) -> EnvParams`` of one level.
       expert: ``expert(noise) -> policy(key, obs, state, params) -> actions``; None without expert.
       quality: ``quality() -> QualityRules`` (built on first use); None without rules.
+      renderer: ``renderer() -> Renderer`` (built on first use); None: no pictures of its episodes.
     """
 
     name: str
@@ -149,3 +187,4 @@ class EnvEntry:
     make_params: Callable[..., Any]
     expert: Callable[[float], Callable] | None = None
     quality: Callable[[], QualityRules] | None = None
+    renderer: Callable[[], Renderer] | None = None

@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from imaginejax import distributed  # noqa: E402
+from imaginejax.core import distributed  # noqa: E402
 
 distributed.initialize()
 

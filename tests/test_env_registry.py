@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from imaginejax import envs
-from imaginejax.envs.registry import EnvEntry, QualityRules
+from imaginejax.envs.registry import EnvEntry, QualityRules, Renderer
 
 
 @pytest.mark.parametrize("name", envs.PACKAGES)
@@ -20,6 +20,7 @@ def test_entry_agrees_with_its_environment(name):
     assert isinstance(rules, QualityRules) and rules.name == name
     assert rules.state_dim == entry.env_class.state_dim
     assert callable(envs.expert_policy(name, 0.0))
+    assert isinstance(envs.renderer(name), Renderer)
 
 
 def test_lookups_name_the_valid_choices():
@@ -27,6 +28,11 @@ def test_lookups_name_the_valid_choices():
     for lookup in (envs.entry, envs.quality_rules, envs.expert_policy):
         with pytest.raises(ValueError, match="valid names: babyai, cheetah, clevr, libero, metaworld"):
             lookup("clevr-robot")
+    with pytest.raises(ValueError, match="no frames for environment 'clevr-robot'; environments with frames: "
+                                         "babyai, cheetah, clevr, libero, metaworld"):
+        envs.renderer("clevr-robot")
+    with pytest.raises(ValueError, match="exactly one of draw"):
+        Renderer()
     with pytest.raises(ValueError, match="valid levels: train, rephrase, easy, hard"):
         envs.make("clevr", "real")
     with pytest.raises(ValueError, match="noise must be >= 0"):

@@ -1,5 +1,6 @@
-"""Pictures of episodes: the recorded episodes are the evaluation's, the drawings put each object where the
-state says, the grid is written, and MuJoCo renders (or says why it cannot)."""
+"""Pictures of episodes: the recorded episodes are the evaluation's, each environment's drawing (its
+``render.py``) puts each object where the state says, the grid is written, and MuJoCo renders (or says why
+it cannot)."""
 
 from __future__ import annotations
 
@@ -17,9 +18,12 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from matplotlib.patches import Circle, FancyArrow, Polygon, Rectangle  # noqa: E402
 
-from imaginejax import envs, frames  # noqa: E402
+from imaginejax import envs  # noqa: E402
+from imaginejax.bench import frames  # noqa: E402
 from imaginejax.envs.babyai import grid as G  # noqa: E402
+from imaginejax.envs.babyai import render as babyai_render  # noqa: E402
 from imaginejax.envs.clevr import physics  # noqa: E402
+from imaginejax.envs.clevr import render as clevr_render  # noqa: E402
 from imaginejax.training.evaluation import evaluate  # noqa: E402
 
 
@@ -64,7 +68,7 @@ def test_frame_steps_spread_over_the_episode():
 def test_clevr_balls_are_drawn_where_the_state_puts_them():
     state = np.array([[0.1, 0.2], [-0.3, 0.0], [0.4, 0.4], [0.0, -0.2], [-0.4, 0.3]], np.float32)
     fig, ax = plt.subplots()
-    frames.draw_clevr(ax, state.reshape(10), action=2 * 8 + 1)  # push ball 2 (green) in direction 1: +y
+    clevr_render.draw(ax, state.reshape(10), action=2 * 8 + 1)  # push ball 2 (green) in direction 1: +y
     discs = [p for p in ax.patches if isinstance(p, Circle)]
     np.testing.assert_allclose([d.center for d in discs], state, atol=1e-6)
     assert [matplotlib.colors.to_hex(d.get_facecolor()) for d in discs] == [
@@ -75,7 +79,7 @@ def test_clevr_balls_are_drawn_where_the_state_puts_them():
     np.testing.assert_allclose([outline[:, 1].min(), outline[:, 1].max()], [0.4, 0.6], atol=1e-6)
     assert np.abs(outline[:, 0] - 0.4).max() < 0.05
     plt.close(fig)
-    limits = frames.clevr_limits(state.reshape(10), margin=0.25)
+    limits = clevr_render.limits(state.reshape(10), margin=0.25)
     np.testing.assert_allclose(limits, [[-0.65, -0.55], [0.65, 0.75]], atol=1e-6)  # square around all balls
 
 
@@ -85,24 +89,24 @@ def test_babyai_room_is_drawn_from_the_state_vector():
                        agent=(4, 5), carried=(G.BALL, G.RED))
     state = np.asarray(G.to_vector(grid))
     fig, ax = plt.subplots()
-    frames.draw_babyai(ax, state)
+    babyai_render.draw(ax, state)
     hexes = lambda p: matplotlib.colors.to_hex(p)
     cells = [p for p in ax.patches if isinstance(p, Rectangle) and p.get_width() == 1]
     walls = [p for p in cells if hexes(p.get_facecolor()) != "#ffffff"]
     assert len(cells) == 64 and len(walls) == 64 - 36
     door = next(p for p in ax.patches if isinstance(p, Rectangle) and p.get_width() == pytest.approx(0.8))
-    assert door.get_xy() == pytest.approx((7.1, 2.1)) and hexes(door.get_facecolor()) == frames.BABYAI_COLOURS["purple"]
+    assert door.get_xy() == pytest.approx((7.1, 2.1)) and hexes(door.get_facecolor()) == babyai_render.PALETTE["purple"]
     assert len(ax.lines) == 2  # the locked door's cross
     box = next(p for p in ax.patches if isinstance(p, Rectangle) and p.get_width() == pytest.approx(0.6))
-    assert box.get_xy() == pytest.approx((2.2, 3.2)) and hexes(box.get_edgecolor()) == frames.BABYAI_COLOURS["blue"]
+    assert box.get_xy() == pytest.approx((2.2, 3.2)) and hexes(box.get_edgecolor()) == babyai_render.PALETTE["blue"]
     polygons = [p for p in ax.patches if isinstance(p, Polygon)]
-    key = next(p for p in polygons if hexes(p.get_facecolor()) == frames.BABYAI_COLOURS["green"])
+    key = next(p for p in polygons if hexes(p.get_facecolor()) == babyai_render.PALETTE["green"])
     assert key.get_xy()[:4].mean(0) == pytest.approx((6.5, 1.5))
     agent = next(p for p in polygons if hexes(p.get_facecolor()) == "#000000")
     assert agent.get_xy()[:3].mean(0) == pytest.approx((4.5, 5.5 + 0.1), abs=1e-6)
     carried = next(p for p in ax.patches if isinstance(p, Circle))  # the ball, small, in the agent's cell
     assert carried.center == pytest.approx((4.5, 5.6)) and carried.radius < 0.2
-    assert hexes(carried.get_facecolor()) == frames.BABYAI_COLOURS["red"]
+    assert hexes(carried.get_facecolor()) == babyai_render.PALETTE["red"]
     plt.close(fig)
 
 
@@ -142,7 +146,7 @@ CHEETAH = textwrap.dedent("""
     later = first
     for _ in range(10):
         later = step(later)
-    scene = frames.cheetah_scene(env, params, 0)
+    scene = envs.renderer("cheetah").scene(env, params, 0)
     row = lambda state: jax.tree.map(lambda leaf: np.asarray(leaf)[0], state)
     try:
         images = frames.render(scene, [row(first), row(later)], (48, 64))
@@ -185,7 +189,7 @@ SCENES = textwrap.dedent("""
         tasks = np.array([0, 5])  # Meta-World: reach, then door-open (a scene with a large fixture)
         _, states = env.reset_to_task_batch(jax.random.split(jax.random.PRNGKey(0), 2), params, tasks)
         try:
-            images = [frames.render(frames.SCENES[name](env, params, int(k)),
+            images = [frames.render(envs.renderer(name).scene(env, params, int(k)),
                                     [jax.tree.map(lambda leaf: np.asarray(leaf)[row], states)], (60, 80))[0]
                       for row, k in enumerate(tasks)]
         except frames.RenderingUnavailable as error:
@@ -197,7 +201,7 @@ SCENES = textwrap.dedent("""
             from imaginejax.envs.mujoco_host import unpack64
             row = jax.tree.map(lambda leaf: np.asarray(leaf)[0], states)
             row = row.replace(phys=unpack64(row.phys).astype(np.float32), ctrl=unpack64(row.ctrl).astype(np.float32))
-            single = frames.render(frames.SCENES[name](env, params, 0), [row], (60, 80))[0]
+            single = frames.render(envs.renderer(name).scene(env, params, 0), [row], (60, 80))[0]
             out[name]["float32"] = float(np.abs(single.astype(float) - images[0]).mean())
     print(json.dumps(out))
 """)

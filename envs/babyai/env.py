@@ -1,38 +1,7 @@
-"""BabyAI (one room with a door, a ball, a box and a key) as a pure, gymnax-style JAX environment.
-
-API (all pure; ``params`` is a pytree holding the level's task table)::
-
-    env, params = imaginejax.envs.make("babyai", level)           # or make_params(level)
-    obs, state = env.reset(key, params)                           # obs (17+E,)
-    obs, state, reward, done, info = env.step(key, state, action, params)
-    obs, state = env.reset_batch(keys, params)                    # keys (B, 2) → obs (B, 17+E)
-    obs, state, reward, done, info = env.step_batch(keys, states, actions, params)   # actions (B,)
-    obs, state = env.reset_to_task(key, params, task)             # evaluation of a given task
-    obs, state = env.reset_to_task_batch(keys, params, tasks, phrasing=None)
-
-The batched kernels are the implementation (the world lives in :class:`grid.Grid`, 17 int32 fields of
-shape (B,), so every rule is elementwise along the batch); ``reset`` / ``step`` are thin
-single-environment views of them (a batch of one).
-
-Semantics:
-
-* Observation = state (17,) as float32 ⊕ instruction embedding (E,), E =
-  ``params.instruction_embeddings.shape[1]`` (0 when made with ``embed=False``).
-* Reset samples a task uniformly (``reset_batch``) or takes the given one, one of its phrasings
-  uniformly, and a world (:func:`sample_grid`): colours uniform among the six, except the ones the goal
-  names (for "pick up the key, then open the locked door" the key gets the door's colour); the door on
-  the east wall at a uniform row, *locked* for the unlock task, *closed* for the tasks that open it, open
-  or closed with probability 1/2 otherwise; the three objects on distinct uniform cells; the agent on a
-  uniform object-free cell — among ``params.reset_tries`` object layouts × 36 agent cells, a uniform
-  candidate whose state does not already satisfy the goal is kept (jit-able, no data-dependent loop).
-  The agent starts with empty hands.
-* An episode ends when the goal succeeds (``info["success"]``, a true terminal) or when ``t`` reaches
-  ``params.max_steps`` = 128 (``info["truncated"]``). There is **no auto-reset**: stepping a finished
-  episode keeps its state frozen and returns reward 0, ``done = True``, ``success = truncated = False``
-  (those flags mark only the step that ended the episode; ``state.success`` stays True after a success).
-* Reward: :func:`tasks.reward_grid` (success: ``1 - 0.9 t / T``; otherwise 0.1 × decrease of the task's
-  Manhattan distance to go).
-* The step's key is unused (the dynamics are deterministic) but kept for the gymnax signature.
+"""BabyAI (one room with a door, a ball, a box and a key) as a pure, gymnax-style JAX environment:
+state (17,), Discrete(7) actions, obs (17+E,), 128 steps. The world is :class:`grid.Grid` (17 int32
+fields of shape (B,)); reset draws a world that does not already satisfy the goal (:func:`sample_grid`);
+reward :func:`tasks.reward_grid`.
 """
 
 from __future__ import annotations
@@ -83,14 +52,15 @@ def _draw_phrasing(keys: jax.Array, counts: jax.Array) -> jax.Array:
 # Initial worlds
 # ---------------------------------------------------------------------------------------------------
 def sample_grid(key: jax.Array, goal: jax.Array, tries: int = DEFAULT_RESET_TRIES) -> G.Grid:
-    """One initial world for a goal (see the module docstring for the distribution).
+    """One initial world for a goal: colours uniform except those the goal names, the door locked / closed
+    / either as the task needs, objects on distinct cells, the agent on an object-free cell; among ``tries``
+    object layouts × 36 agent cells a uniform candidate not already satisfying the goal (else the first).
 
     Args:
       key: PRNG key.
       goal: (G,) int32 goal vector.
-      tries: object layouts drawn; each is combined with all 36 agent cells.
-    Returns: :class:`grid.Grid` with () fields. If no candidate avoids the goal (vanishingly rare with
-      the default tries) the first candidate is kept.
+      tries: object layouts drawn.
+    Returns: :class:`grid.Grid` with () fields.
     """
     # One draw of random bits serves every choice (one threefry kernel keeps compilation short).
     n_cells = tries * G.NUM_CELLS
@@ -161,14 +131,8 @@ def sample_grid(key: jax.Array, goal: jax.Array, tries: int = DEFAULT_RESET_TRIE
 
 
 class BabyAI(TaskEnv, tasks=tasks, instructions=instr.__name__, make_params=make_params):
-    """BabyAI single room: Discrete(7) absolute actions, language-conditioned goals (module docstring).
-
-    The object holds no state and no level: everything level-specific lives in :class:`EnvParams`.
-    ``state_dim``, ``goal_dim``, ``levels``, the public pure predicates on state vectors ``success`` /
-    ``reward`` / ``legal`` (broadcast over leading dims) and ``instructions(level)`` /
-    ``default_params(level)`` come from :mod:`.tasks`, :mod:`.instructions` and :func:`make_params`
-    (:class:`~imaginejax.envs.base.TaskEnv`).
-    """
+    """BabyAI single room: Discrete(7) absolute actions, language-conditioned goals. Stateless; the level
+    lives in :class:`EnvParams`; the predicates and metadata come from :mod:`.tasks` (:class:`~imaginejax.envs.base.TaskEnv`)."""
 
     name: Final[str] = ENV_NAME
     num_actions: Final[int] = tasks.NUM_ACTIONS

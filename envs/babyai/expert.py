@@ -1,36 +1,10 @@
 """Scripted BabyAI expert: sub-goal selection plus breadth-first-search navigation on the grid.
 
-At every step the expert reads the true world (:class:`grid.Grid`) and the goal, and decides
-
-* a **target mask** — the interior cells where it wants to stand next — and
-* an **interaction** to perform once it stands on a target cell (pick up, drop, toggle, or nothing when
-  arriving is the goal).
-
-If the agent is on a target cell it performs the interaction; otherwise it takes the move towards the
-nearest target cell along a shortest path. Shortest paths come from a breadth-first search run as a
-wavefront on the 6 × 6 interior (``d ← min(d, d(neighbour) + 1)``, ten sweeps cover the room): walls and
-the door are outside the interior, so they are never entered; objects do not block. Ties between
-equally short moves are broken at random (``tie_noise``), so demonstrations vary.
-
-Sub-goals per kind (X = object_a, Y = object_b):
-
-* go to X: the cells within distance 1 of X (on X, or a 4-neighbour); carrying X → drop it here first;
-* open the door: the cell in front of the door, then toggle;
-* pick up X: X's cell, then pick up (carrying another object → drop it on a free cell first);
-* put X next to Y: pick up X as above, then a free cell 4-adjacent to Y, then drop;
-* open then go to / pick up X: open the door first, then as above;
-* go to a wall / the centre: that wall's cells / the 4 centre cells;
-* pick up the key then open the locked door: pick up the key, then open the door (toggle with the key);
-* line: while carrying an object, a free cell on a row or column that already holds the most other
-  objects, then drop; with empty hands, pick up the object whose best row/column (one not containing it)
-  holds the most other objects (nearest first). Each drop adds an object to the best line, so at most
-  two objects move;
-* pile: the same with the 25 2 × 2 blocks instead of rows and columns (three objects in one 2 × 2 block
-  are an L-shaped pile).
-
-With probability ``epsilon`` a uniformly random action replaces the expert's (data diversity; the expert
-replans from whatever state results). Pure, jit- and vmap-able, with explicit keys. Internally the
-masks are laid out batch-last, (6, 6, B), so the wavefront vectorises along the batch.
+At every step the expert reads the true world and the goal and picks a target mask (the interior cells
+where it wants to stand next) and an interaction for when it stands there (pick up, drop, toggle or
+nothing). Off target it moves along a shortest path from a BFS wavefront on the 6 × 6 interior
+(``d ← min(d, d(neighbour) + 1)``); ties are broken at random, and with probability ``epsilon`` a random
+action replaces the expert's. Masks are batch-last, (6, 6, B). The sub-goals of each kind: docs/envs.md.
 """
 
 from __future__ import annotations
@@ -61,13 +35,9 @@ _ROWS: Final[np.ndarray] = np.arange(G.ROOM_MIN, G.ROOM_MAX + 1, dtype=np.int32)
 
 @struct.dataclass
 class ExpertConfig:
-    """Expert hyperparameters (a pytree; both may be traced).
-
-    Attributes:
-      epsilon: probability of replacing the expert's action by a uniformly random one.
-      tie_noise: amplitude of the uniform noise that breaks ties between equally good moves / objects
-        (keep it < 1 so it never overrides a strictly shorter path).
-    """
+    """Expert hyperparameters (a pytree; both may be traced): ``epsilon``, the probability of a uniformly
+    random action; ``tie_noise``, the noise breaking ties between equally good moves / objects (< 1, so it
+    never overrides a strictly shorter path)."""
 
     epsilon: float = 0.0
     tie_noise: float = 0.5
@@ -112,9 +82,8 @@ def bfs_distances(target: jax.Array, passable: jax.Array | None = None) -> jax.A
 
     Args:
       target: (6, 6, B) bool target cells.
-      passable: optional (6, 6, B) bool cells the agent may enter (default: every interior cell; walls and
-        the door are outside the interior). The environment's objects never block, so the expert passes
-        None (10 sweeps suffice); with obstacles 35 sweeps are run.
+      passable: optional (6, 6, B) bool cells the agent may enter (default: every interior cell: 10 sweeps;
+        with obstacles 35).
     Returns: (6, 6, B) int32 distances (:data:`UNREACHABLE` where no target can be reached).
     """
     d0 = jnp.where(target, 0, UNREACHABLE).astype(jnp.int32)
@@ -325,11 +294,8 @@ Policy = Callable[..., jax.Array]
 
 
 def make_policy(config: ExpertConfig = ExpertConfig()) -> Policy:
-    """The expert as a collection policy ``policy(key, obs, state, params) -> actions (B,)``.
-
-    ``obs`` is unused: the expert reads the true world from the batched environment state
-    (``state.grid``, (B,) fields) and the task's goal (``params.goals[state.task]``).
-    """
+    """The expert as a collection policy ``policy(key, obs, state, params) -> actions (B,)``; it reads
+    ``state.grid`` and ``params.goals[state.task]`` (``obs`` is unused)."""
 
     def policy(key: jax.Array, obs: jax.Array, state: Any, params: Any) -> jax.Array:
         del obs

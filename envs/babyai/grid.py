@@ -1,20 +1,8 @@
 """BabyAI single room: the world, its 17-d state encoding and the action semantics (plain JAX).
 
-World (BENCHMARK §2.3). An 8 × 8 grid in minigrid's coordinates: ``x`` grows to the east (columns 0..7),
-``y`` grows to the south (rows 0..7). The outer ring is wall; the room's 6 × 6 interior is
-``x, y ∈ [1, 6]``. One door sits in the east wall (``x = 7``, ``y ∈ [1, 6]``). The room holds one ball,
-one box and one key, each of one of minigrid's six colours.
-
-Movement rules (decided here, see also the module docstring of :mod:`tasks`):
-
-* The agent always stays inside the 6 × 6 interior. Walls block, and the door blocks in *every* state
-  (open, closed or locked): this is a single-room world, the doorway leads nowhere, and the door tasks
-  are about the door's state, not about leaving. Hence a move is allowed iff its target cell is in the
-  interior.
-* Objects never block: the agent walks over them. At most one object lies on a floor cell (drops onto an
-  occupied cell are refused; resets place objects on distinct cells).
-
-State vector (``(..., 17)``; float32 in observations and datasets, integral values)::
+An 8 × 8 grid in minigrid's coordinates (x east, y south); the agent stays in the 6 × 6 interior
+``x, y ∈ [1, 6]``; one door in the east wall (x = 7); one ball, box and key. Walls and the door (in every
+state) block, objects do not. State vector (..., 17), integral values::
 
     0 ball colour   1 ball x   2 ball y
     3 box colour    4 box x    5 box y
@@ -23,27 +11,12 @@ State vector (``(..., 17)``; float32 in observations and datasets, integral valu
    13 agent x      14 agent y
    15 carried type 16 carried colour
 
-Encodings:
-
-* colours (minigrid's six, minigrid's order): 0 red, 1 green, 2 blue, 3 purple, 4 yellow, 5 grey;
-* object types: 0 nothing, 1 ball, 2 box, 3 key (slot ``type - 1`` of the state vector);
-* door state: 0 open, 1 closed, 2 locked; door x is always 7;
-* a carried object's position reads (0, 0) (a wall corner, never an interior cell); its colour slot keeps
-  its colour; carried type is the carried object's type (0 when the hands are empty) and carried colour
-  its colour (0 when the hands are empty — read it together with the carried type).
-
-Actions (``Discrete(7)``, absolute): 0 west (x-1), 1 east (x+1), 2 north (y-1), 6 south (y+1): face that way
-and step if the target cell is in the interior, else stay; 3 pick up the object on the agent's own cell
-(only with empty hands); 4 drop the carried object onto the agent's own cell (only if no other object
-lies there); 5 toggle the door if it is in the agent's 4-neighbourhood (only from the interior cell
-(6, door y)): open → closed, closed → open, locked → open only while carrying the key of the door's
-colour (minigrid's unlock-and-open), otherwise nothing. Since the state has no heading, "face" has no
-lasting effect. Any other action value is a no-op.
-
-Layout of the batched kernel. :class:`Grid` stores the 17 fields as separate integer arrays of one
-common shape ``(...)``; every rule below is elementwise on them (no gathers, no grid array). With
-``(B,)`` fields the batch is at once the leading and the last axis, so XLA vectorises the step along the
-batch (ARCHITECTURE.md, "Batched kernels"; measured in experiments/benchmarks/babyai_env_steps.py).
+Colours 0 red, 1 green, 2 blue, 3 purple, 4 yellow, 5 grey; types 0 nothing, 1 ball, 2 box, 3 key; door 0
+open, 1 closed, 2 locked; a carried object reads (0, 0). Actions (Discrete(7), absolute): 0 west, 1 east,
+2 north, 6 south (step if the target cell is interior), 3 pick up (own cell, empty hands), 4 drop (own
+cell, if free), 5 toggle the door from (6, door y) (open ↔ closed; locked → open only with the key of
+its colour); any other value is a no-op. Every rule is elementwise on :class:`Grid`'s fields, so the
+step vectorises along the batch. The rules' reasons: docs/envs.md, "BabyAI".
 """
 
 from __future__ import annotations
@@ -239,7 +212,7 @@ def effective_position(grid: Grid, slot: int) -> tuple[jax.Array, jax.Array]:
 # Dynamics
 # ---------------------------------------------------------------------------------------------------
 def step(grid: Grid, action: jax.Array) -> Grid:
-    """One transition of the world (elementwise; see the module docstring for the rules).
+    """One transition of the world (elementwise; the rules in the module docstring).
 
     Args:
       grid: :class:`Grid` with fields (...).

@@ -1,17 +1,5 @@
-"""Natural-language instructions for the BabyAI goals, per level.
-
-All phrasings are written for this project: templates filled with colour / object / wall words.
-
-* train: 40 templates for each of the four templates of the level (go to X, open the door, pick up X,
-  put X next to Y);
-* rephrase: 10 different templates for each of them (no string shared with train);
-* easy: 10 templates each for "open the door, then go to X", "open the door, then pick up X",
-  "go to <a wall>" and "go to the centre";
-* hard: 10 templates each for "pick up the key, then open the locked door", "line" and "pile".
-
-Each level has an instruction table (a tuple of unique strings, task-major, template order) and, per
-task, the ids of its phrasings in that table. Everything is deterministic.
-"""
+"""Natural-language instructions for the BabyAI goals, per level (written for this project; per-level
+counts: docs/envs.md): an instruction table per level and each task's phrasing ids into it."""
 
 from __future__ import annotations
 

@@ -1,71 +1,15 @@
-"""BabyAI goals, goal encoding, task tables and the pure success / reward / legality predicates.
+"""BabyAI goals, goal encoding, task tables and the pure success / reward / legality predicates, on state
+vectors (..., 17) (:mod:`grid` layout) or :class:`grid.Grid` fields, elementwise over leading dims.
 
-Everything here is plain JAX on *state vectors* ``(..., 17)`` (see :mod:`grid` for the encoding) or on
-:class:`grid.Grid` fields, elementwise over any leading shape ``...``; the same functions score the
-simulator, the real data and imaginer-generated rollouts.
+Goal vector (GOAL_DIM = 7) int32 ``[kind, object_a, colour_a, object_b, colour_b, door_colour, wall_side]``;
+colours 0..5 or ``ANY_COLOUR``; wall sides west, east, north, south, any; unread slots 0. Success on the
+reached state (X = object_a of colour_a, Y = object_b of colour_b, d Manhattan):
+train GO_TO (X on the floor, d(agent, X) <= 1), OPEN, PICK_UP (carrying X), PUT_NEXT (X, Y on the floor,
+d(X, Y) = 1); easy OPEN_GO_TO, OPEN_PICK_UP, GO_TO_WALL, GO_TO_CENTRE; hard UNLOCK (door open, carrying its
+key), LINE (the three objects in a row or column), PILE (in one 2 × 2 block).
 
-Goal vector: int32 of width :data:`GOAL_DIM` = 7, one layout for every kind, so one compiled function
-serves all tasks of a level::
-
-    [kind, object_a, colour_a, object_b, colour_b, door_colour, wall_side]
-
-Objects use the type codes (1 ball, 2 box, 3 key); colours 0..5, or :data:`ANY_COLOUR` (6) for "any
-colour"; wall sides 0 west, 1 east, 2 north, 3 south, 4 any wall. Slots a kind does not read are 0.
-
-Kinds and success (all on the *next* state; "X" is object_a of colour colour_a, "Y" object_b of
-colour_b; "on the floor" = not carried; d = Manhattan distance):
-
-========================== ======================================================================
-train / rephrase
-``GO_TO`` (0)              X on the floor and d(agent, X) <= 1: the agent stands on X's cell or on
-                           one of its four neighbours ("go to" = next to or on; objects can be
-                           walked over, so both count).
-``OPEN`` (1)               the door (of colour door_colour) is open.
-``PICK_UP`` (2)            the agent carries X.
-``PUT_NEXT`` (3)           X and Y both on the floor and 4-adjacent (d(X, Y) = 1).
-easy
-``OPEN_GO_TO`` (4)         the door is open and GO_TO X holds.
-``OPEN_PICK_UP`` (5)       the door is open and the agent carries X (either order of the two steps;
-                           unlike the reference, whose inverted check can never succeed).
-``GO_TO_WALL`` (6)         the agent is on an interior cell along the wall of ``wall_side``
-                           (west x = 1, east x = 6, north y = 1, south y = 6; "any": one of them).
-``GO_TO_CENTRE`` (7)       the agent is on one of the 4 centre cells, x, y ∈ {3, 4}.
-hard
-``UNLOCK`` (8)             the door is open and the agent carries the key of the door's colour (the
-                           door starts locked, so it was unlocked with the key).
-``LINE`` (9)               the three objects on the floor, on distinct cells, sharing a row or a column.
-``PILE`` (10)              the three objects on the floor, on distinct cells, with at least two
-                           4-adjacent pairs and not collinear: on a grid this is exactly "all three
-                           inside one 2 × 2 block" (an L-tromino).
-========================== ======================================================================
-
-Reward of a transition ``(s, a) → s'`` at step ``t`` (1-based: the number of steps taken including this
-one) of an episode capped at ``T`` = 128 steps::
-
-    r = 1 - 0.9 · t / T                           if s' succeeds
-    r = SHAPING_SCALE · (φ(s) - φ(s'))            otherwise  (SHAPING_SCALE = 0.1)
-
-where φ is a task-specific Manhattan "distance to go" (in grid steps, >= 0, 0 on success), computed
-with effective positions (a carried object is where the agent is), see :func:`potential`:
-
-* GO_TO: max(d(agent, X) - 1, 0) + [X carried];
-* OPEN: if the door is not open, max(d(agent, door) - 1, 0) + 1, else 0;
-* PICK_UP: 0 if carrying X, else d(agent, X) + 1 + [carrying another object];
-* PUT_NEXT: [Y carried] + (if carrying X: max(d(agent, Y) - 1, 0) + 1,
-  else d(agent, X) + 1 + max(d(X, Y) - 1, 0) + 1 + [carrying another object]);
-* OPEN_GO_TO / OPEN_PICK_UP: while the door is not open, the door term plus the GO_TO / PICK_UP term
-  measured from the cell in front of the door; afterwards the GO_TO / PICK_UP potential;
-* GO_TO_WALL: the agent's distance to that wall's line of cells (any: the nearest one);
-  GO_TO_CENTRE: the agent's distance to the 2 × 2 centre block;
-* UNLOCK: [not carrying the key] · (d(agent, key) + 1 + [carrying another object])
-  + [door not open] · (max(d(P, door) - 1, 0) + 1), P = the agent if it carries the key, else the key;
-* LINE: min(W, H) + #carried, with W, H the x- and y-extent of the three objects;
-* PILE: |W - 1| + |H - 1| + #carried.
-
-Legality (:func:`legal`): integral finite values; colours in 0..5; every object either on an interior
-cell or — exactly the carried one — at (0, 0); floor objects on distinct cells; carried colour equal to
-the carried object's colour (0 with empty hands); door at x = 7, y ∈ [1, 6], state ∈ {0, 1, 2}; agent in
-the interior.
+Reward at step t (1-based) of T = 128: ``1 - 0.9 t / T`` on success, else ``0.1 (φ(s) - φ(s'))`` with φ
+the task's Manhattan distance to go (:func:`potential_grid`). Full table: docs/envs.md, "BabyAI".
 """
 
 from __future__ import annotations
@@ -139,7 +83,7 @@ def encode_goal(
     door_colour: int = 0,
     side: int = 0,
 ) -> np.ndarray:
-    """One goal vector, (GOAL_DIM,) int32 (see the module docstring for the slots)."""
+    """One goal vector, (GOAL_DIM,) int32 (slots in the module docstring)."""
     if not 0 <= kind < NUM_KINDS:
         raise ValueError(f"unknown goal kind {kind}; valid kinds are 0..{NUM_KINDS - 1} ({', '.join(KIND_NAMES)})")
     return np.array([kind, object_a, colour_a, object_b, colour_b, door_colour, side], np.int32)
@@ -187,15 +131,8 @@ def _objects_by_colour() -> list[tuple[int, int]]:
 
 
 def train_goals() -> np.ndarray:
-    """The 78 train / rephrase goals, (78, GOAL_DIM) int32, interleaved over the templates:
-
-    * go to X: 18 (3 objects × 6 colours);
-    * open the door: 6 (door colours);
-    * pick up X: 18;
-    * put X next to Y: 36 — the 6 ordered object pairs × the 6 colours of X, with Y's colour
-      ``(colour_X + 1 + pair) mod 6`` (every colour appears once per pair for X and once for Y; the 216
-      full combinations would make this one template 84 % of the table).
-    """
+    """The 78 train / rephrase goals, (78, GOAL_DIM) int32, interleaved over the templates: go to X 18, open
+    the door 6, pick up X 18, put X next to Y 36 (Y's colour ``(colour_X + 1 + pair) mod 6``)."""
     go_to = [encode_goal(KIND_GO_TO, object_a=o, colour_a=c) for o, c in _objects_by_colour()]
     open_ = [encode_goal(KIND_OPEN, door_colour=c) for c in range(G.NUM_COLOURS)]
     pick = [encode_goal(KIND_PICK_UP, object_a=o, colour_a=c) for o, c in _objects_by_colour()]
@@ -208,13 +145,8 @@ def train_goals() -> np.ndarray:
 
 
 def easy_goals() -> np.ndarray:
-    """The 42 easy goals, (42, GOAL_DIM) int32, interleaved over the templates:
-
-    * open the door, then go to X: 18 (door of any colour);
-    * open the door, then pick up X: 18;
-    * go to a wall: 5 (west, east, north, south, any wall);
-    * go to the centre: 1.
-    """
+    """The 42 easy goals, (42, GOAL_DIM) int32, interleaved over the templates: open the door then go to
+    X 18, open the door then pick up X 18, go to a wall 5, go to the centre 1."""
     open_go = [encode_goal(KIND_OPEN_GO_TO, object_a=o, colour_a=c, door_colour=ANY_COLOUR) for o, c in _objects_by_colour()]
     open_pick = [encode_goal(KIND_OPEN_PICK_UP, object_a=o, colour_a=c, door_colour=ANY_COLOUR) for o, c in _objects_by_colour()]
     wall = [encode_goal(KIND_GO_TO_WALL, side=s) for s in range(len(SIDE_NAMES))]
@@ -345,7 +277,7 @@ def _select_kind(kind: jax.Array, values: tuple[jax.Array, ...]) -> jax.Array:
 # Predicates on Grid fields (used by the environment kernel and the expert)
 # ---------------------------------------------------------------------------------------------------
 def success_grid(g: G.Grid, goal: Goal) -> jax.Array:
-    """Whether state ``g`` satisfies ``goal`` (see the table in the module docstring): (...) bool."""
+    """Whether state ``g`` satisfies ``goal``: (...) bool."""
     p = _parts(g, goal)
     ax, ay = g.agent_x, g.agent_y
     near_a = p.a_floor & p.a_colour_ok & (p.d_agent_a <= 1)
@@ -376,7 +308,8 @@ def success_grid(g: G.Grid, goal: Goal) -> jax.Array:
 
 
 def potential_grid(g: G.Grid, goal: Goal) -> jax.Array:
-    """Task-specific Manhattan distance to go φ (see the module docstring): (...) int32, >= 0."""
+    """Task-specific Manhattan distance to go φ, with a carried object where the agent is: (...) int32, >= 0,
+    0 on success."""
     p = _parts(g, goal)
     ax, ay = g.agent_x, g.agent_y
     relu = lambda v: jnp.maximum(v, 0)  # noqa: E731
@@ -419,7 +352,8 @@ def potential_grid(g: G.Grid, goal: Goal) -> jax.Array:
 
 
 def reward_grid(prev: G.Grid, nxt: G.Grid, goal: Goal, t: jax.Array, max_steps: int = MAX_STEPS) -> jax.Array:
-    """Reward of ``prev → nxt`` at step ``t`` (1-based): (...) float32 (formula in the module docstring)."""
+    """Reward of ``prev → nxt`` at step ``t`` (1-based): ``1 - 0.9 t / T`` on success, else
+    ``SHAPING_SCALE (φ(prev) - φ(nxt))``; (...) float32."""
     succeeded = success_grid(nxt, goal)
     on_success = SUCCESS_REWARD - SUCCESS_TIME_PENALTY * jnp.asarray(t, jnp.float32) / float(max_steps)
     shaped = SHAPING_SCALE * (potential_grid(prev, goal) - potential_grid(nxt, goal)).astype(jnp.float32)
@@ -430,15 +364,8 @@ def reward_grid(prev: G.Grid, nxt: G.Grid, goal: Goal, t: jax.Array, max_steps: 
 # Public predicates on state vectors (broadcast over leading dims "...")
 # ---------------------------------------------------------------------------------------------------
 def success(prev_state: jax.Array, action: jax.Array, next_state: jax.Array, goal: jax.Array) -> jax.Array:
-    """Task success of the transition (prev_state, action) → next_state.
-
-    Args:
-      prev_state: (..., 17) (unused: every BabyAI goal is a predicate on the reached state).
-      action: (...) int (unused).
-      next_state: (..., 17).
-      goal: (..., GOAL_DIM) int32.
-    Returns: (...) bool.
-    """
+    """Task success of the transition (prev_state, action) → next_state (..., 17), goal (..., GOAL_DIM) ->
+    (...) bool; only the reached state matters."""
     del prev_state, action
     return success_grid(G.from_vector(next_state), goal_fields(goal))
 
@@ -463,8 +390,6 @@ def reward(
 ) -> jax.Array:
     """Reward of the transition (prev_state, action) → next_state taken as step ``t`` of an episode.
 
-    Unlike CLEVR's, the BabyAI reward depends on the step index: a success pays ``1 - 0.9 · t / T``.
-
     Args:
       prev_state, next_state: (..., 17).
       action: (...) int (unused).
@@ -478,8 +403,9 @@ def reward(
 
 
 def legal(state: jax.Array) -> jax.Array:
-    """Whether a state vector describes a reachable-looking world: (..., 17) → (...) bool (rules in the
-    module docstring)."""
+    """Whether a state vector describes a reachable-looking world: (..., 17) → (...) bool. Integral finite
+    values, colours 0..5, each object on an interior cell or (exactly the carried one) at (0, 0), floor
+    objects on distinct cells, carried colour consistent, door at x = 7 with y ∈ [1, 6], agent interior."""
     state = jnp.asarray(state)
     if jnp.issubdtype(state.dtype, jnp.floating):
         finite = jnp.all(jnp.isfinite(state), axis=-1)

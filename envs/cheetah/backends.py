@@ -3,38 +3,12 @@
     physics = Physics.from_qpos_qvel(qpos (..., 9), qvel (..., 9))
     physics, dx = physics_step(physics, action (..., 6), backend="auto")
 
-``physics_step`` is a pure JAX function of arrays with any leading batch shape ``...`` and may be used
-under ``jit``, ``vmap`` and ``lax.scan``. One call advances every row by one environment step
-(``FRAME_SKIP = 5`` MuJoCo steps of 0.01 s with ``ctrl = action`` held) and returns the new state and
-each row's x displacement ``dx = x_after - x_before``.
-
-Backends (``backend=``):
-
-* ``"mujoco"`` — MuJoCo C on the host in float64, all rows of a call in one ``mujoco.rollout`` call on a
-  pool of C threads (no GIL), reached through ``jax.pure_callback`` with
-  ``vmap_method="broadcast_all"``: a ``vmap``-ped step (e.g. the engine's run axis on top of the batch)
-  is still **one** host call for the whole batch. Fast on CPUs.
-* ``"mjx"`` — ``mujoco.mjx`` (pure JAX, float32 unless x64 is enabled), for accelerators. On a CPU it
-  compiles for tens of seconds and is far slower than MuJoCo C (see experiments/benchmarks/
-  cheetah_env_steps.py).
-* ``"auto"`` — ``"mjx"`` when JAX's default backend is an accelerator, else ``"mujoco"``.
-
-State precision. MuJoCo C computes in float64 but JAX (without x64) carries float32. Rounding the
-state to float32 after every step makes a trajectory leave Gymnasium's within tens of steps (HalfCheetah
-is chaotic: 1e-7 grows to ~1e-2 by step 50 under random actions). So :class:`Physics` carries each
-float64 quantity as a float32 pair ``hi + lo`` (``hi`` = the float32 rounding, ``lo`` = the float32
-rounding of the remainder; about 48 significant bits, relative error <= 2^-48). MuJoCo C reads
-``hi + lo`` in float64 and writes both; MJX reads ``hi + lo`` in its own precision and writes ``lo = 0``.
-Everyone else reads ``qpos``/``qvel`` (the ``hi`` parts). With x64 enabled the ``hi`` parts are float64
-and ``lo`` is zero.
-
-Each environment step starts the constraint solver from a zero warm start (``qacc_warmstart = 0``) in
-both backends; Gymnasium keeps the previous step's solution. The solver converges to its tolerance
-either way; the difference is ~1e-13 per step (see tests/test_cheetah_physics.py for the measured
-agreement with Gymnasium).
-
-Non-finite input rows (state or action) are not simulated: their outputs are NaN (MuJoCo C would
-otherwise reset such a row silently to the model's rest pose), so ``tasks.legal`` flags them.
+One call advances every row by ``FRAME_SKIP`` MuJoCo steps with ``ctrl = action`` held and returns
+``dx = x_after - x_before``. ``"mujoco"``: MuJoCo C in float64, all rows in one ``mujoco.rollout`` call
+through one ``jax.pure_callback`` (also under ``vmap``); ``"mjx"``: ``mujoco.mjx``; ``"auto"``: MJX on an
+accelerator. The state travels as float32 pairs ``hi + lo`` (HalfCheetah is chaotic: float32 rounding
+alone leaves Gymnasium's trajectory within tens of steps); each step starts the solver cold; non-finite
+rows come back NaN. Measurements: docs/envs.md, "HalfCheetah".
 """
 
 from __future__ import annotations
@@ -179,7 +153,7 @@ class MujocoRunner:
 
     def __call__(self, packed: np.ndarray) -> np.ndarray:
         """The ``pure_callback`` body, one array in and one out (each extra callback argument costs about
-        as much as a small batch's physics, so everything travels packed; see :func:`_mujoco_step`).
+        as much as a small batch's physics).
 
         Args:
           packed: (..., 43) float, per row [qpos (9), qpos_lo (9), qvel (9), qvel_lo (9), action (6),
@@ -271,15 +245,12 @@ def physics_step(physics: Physics, action: jax.Array, backend: Backend = "auto",
 
     Args:
       physics: :class:`Physics` with fields (..., 9).
-      action: (..., 6) controls; MuJoCo clamps them to [-1, 1] (the unclamped values are what a
-        control cost should see, as in Gymnasium).
-      backend: "mujoco", "mjx" or "auto" (see the module docstring); static.
-      active: optional (...) bool; inactive rows are returned unchanged with dx = 0 (MuJoCo C does
-        not simulate them at all). Default: all active.
+      action: (..., 6) controls (MuJoCo clamps them to [-1, 1]).
+      backend: "mujoco", "mjx" or "auto"; static.
+      active: optional (...) bool; inactive rows come back unchanged with dx = 0. Default: all active.
       nthread: MuJoCo C threads (default: all usable CPUs); ignored by MJX.
     Returns:
-      The next :class:`Physics` and dx (...): x after the step minus x before it (float64 difference
-      for MuJoCo C, then rounded). Active rows with a non-finite input come back as NaN.
+      The next :class:`Physics` and dx (...); active rows with a non-finite input come back as NaN.
     Raises:
       ValueError: unknown backend, or shapes that do not match.
     """

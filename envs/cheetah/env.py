@@ -1,34 +1,8 @@
-"""HalfCheetah with language-conditioned locomotion tasks as a pure, gymnax-style JAX environment.
-
-API (all pure; ``params`` is a pytree holding the level's task table)::
-
-    env, params = imaginejax.envs.make("cheetah", level)          # or HalfCheetah(backend), make_params
-    obs, state = env.reset(key, params)                           # obs (18+E,)
-    obs, state, reward, done, info = env.step(key, state, action, params)        # action (6,)
-    obs, state = env.reset_batch(keys, params)                    # keys (B, 2) → obs (B, 18+E)
-    obs, state, reward, done, info = env.step_batch(keys, states, actions, params)   # actions (B, 6)
-    obs, state = env.reset_to_task(key, params, task)             # evaluation of a given task
-    obs, state = env.reset_to_task_batch(keys, params, tasks, phrasing=None)
-
-The batched kernels are the implementation: one ``step_batch`` is one physics call for the whole batch
-(:func:`backends.physics_step`: MuJoCo C on the host through one ``pure_callback``, or MJX); ``reset`` /
-``step`` are thin single-environment views of them (a batch of one). The physics backend is a property of
-the environment object (``HalfCheetah(backend="auto" | "mujoco" | "mjx")``), not of the level.
-
-Semantics:
-
-* Physics: Gymnasium's HalfCheetah-v5 model, frame skip 5 (0.05 s per step), ``ctrl = action`` (gears
-  scale it inside MuJoCo, which clamps it to [-1, 1]).
-* State (18,) = [dx, qpos[1:], qvel] (:mod:`tasks`); observation = state ⊕ instruction embedding (E,).
-* Reset: a task (uniform, or given), one of its phrasings (uniform, or given), and Gymnasium v5's reset
-  noise from the key: qpos ~ U[-0.1, 0.1]⁹, qvel ~ 0.1·N(0, 1)⁹ around the model's zero pose; dx = 0.
-* An episode ends when its task succeeds (``info["success"]``, a true terminal) or when ``t`` reaches
-  200 (``info["truncated"]``). There is **no auto-reset**: stepping a finished episode keeps its state
-  frozen (MuJoCo C does not even simulate it) and returns reward 0, ``done = True``,
-  ``success = truncated = False``.
-* Reward: :func:`tasks.reward` (± forward speed − control cost, hop bonus for the jump tasks, the hard
-  tasks' current leg); success: :func:`tasks.success` on the running quantities ``state.progress``.
-* The step's key is unused (the physics is deterministic) but kept for the gymnax signature.
+"""HalfCheetah with language-conditioned locomotion tasks as a pure, gymnax-style JAX environment: state
+(18,), actions Box(-1, 1, (6,)), obs (18+E,), 200 steps. One ``step_batch`` is one physics call for the
+batch (:func:`backends.physics_step`); reset adds Gymnasium v5's noise (qpos ~ U[-0.1, 0.1], qvel ~
+0.1·N(0, 1)) to the zero pose. Reward :func:`tasks.reward`, success :func:`tasks.success` on the
+episode's running quantities ``state.progress``.
 """
 
 from __future__ import annotations
@@ -77,17 +51,12 @@ def make_params(level: str, *, embed: Encoder | None = None) -> EnvParams:
 
 
 class HalfCheetah(TaskEnv, tasks=tasks, instructions=instr.__name__, make_params=make_params):
-    """HalfCheetah, Box(-1, 1, (6,)) actions, nine language-conditioned locomotion tasks.
+    """HalfCheetah, Box(-1, 1, (6,)) actions, nine language-conditioned locomotion tasks. Stateless; the
+    predicates and metadata come from :mod:`.tasks` (:class:`~imaginejax.envs.base.TaskEnv`).
 
     Args:
-      backend: physics backend, "auto" (MJX on an accelerator, MuJoCo C on a CPU), "mujoco" or "mjx";
-        resolved once, here.
+      backend: "auto" (MJX on an accelerator, MuJoCo C on a CPU), "mujoco" or "mjx"; resolved once, here.
       nthread: MuJoCo C threads (default: all usable CPUs).
-
-    ``state_dim``, ``goal_dim``, ``levels``, the public pure predicates ``success`` / ``reward`` /
-    ``legal`` (broadcast over leading dims) and ``instructions(level)`` / ``default_params(level)`` come
-    from :mod:`.tasks`, :mod:`.instructions` and :func:`make_params` (:class:`~imaginejax.envs.base.TaskEnv`);
-    actions lie in TaskEnv's box [``action_low``, ``action_high``] = [-1, 1].
     """
 
     name: Final[str] = ENV_NAME
@@ -135,9 +104,8 @@ class HalfCheetah(TaskEnv, tasks=tasks, instructions=instr.__name__, make_params
 
     def step_batch(self, keys: jax.Array, state: EnvState, action: jax.Array, params: EnvParams
                    ) -> tuple[jax.Array, EnvState, jax.Array, jax.Array, dict[str, jax.Array]]:
-        """Steps B environments with one physics call (:meth:`TaskEnv.step_batch`): action (B, 6) float in
-        [-1, 1] (values outside are clamped by MuJoCo but charged in full by the control cost, as in
-        Gymnasium); the keys are unused (deterministic physics); obs (B, 18+E)."""
+        """Steps B environments with one physics call: action (B, 6) (charged in full by the control cost
+        even where MuJoCo clamps it); obs (B, 18+E)."""
         del keys
         batch = state.t.shape[0]
         action = jnp.asarray(action)

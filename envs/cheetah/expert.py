@@ -1,19 +1,8 @@
-"""The HalfCheetah expert: one task-conditioned soft actor-critic policy for all nine tasks, and its shipped weights.
-
-The policy's input is the 18-d state, the goal (kind one-hot, direction) and the episode's running
-quantities the task needs but the state does not carry (step count, which legs are done, Σ) — privileged
-information read from the environment state (:func:`expert_features`). The actor is an MLP: two tanh
-layers, then ReLU layers, then a linear layer giving the mean and log-std of a pre-tanh Gaussian; the
-expert acts with ``tanh(mean)``.
-
-The two-leg hard tasks are composed from learned skills (:func:`skill_inputs`): the first leg with the
-*jump* skill of its direction, the second with the *run* skill of the other direction, seeing its own
-leg's steps and distance. :func:`expert_action` applies the composition to every goal (the identity on
-the seven single-skill goals), so data collection has one policy for all nine tasks.
-
-The trained actor ships as ``assets/cheetah_sac_actor.npz`` (float32 arrays, no pickle), checked against
-:data:`PACKAGED_SHA256` when loaded. Training lives outside the environment: ``python
-experiments/experts/cheetah_sac.py --out DIR --write-asset FILE`` re-makes the file.
+"""The HalfCheetah expert: one task-conditioned soft actor-critic policy for all nine tasks, and its shipped
+weights (``assets/cheetah_sac_actor.npz``, checked against :data:`PACKAGED_SHA256`; re-made by
+``experiments/experts/cheetah_sac.py --write-asset FILE``). It acts with ``tanh(mean)`` of the actor on
+the state, the goal and the episode's running quantities; the two-leg tasks are composed from the jump
+and run skills (:func:`skill_inputs`; docs/envs.md).
 """
 
 from __future__ import annotations
@@ -81,16 +70,9 @@ def skill_inputs(progress: tasks.Progress, t: jax.Array, goal: jax.Array
                  ) -> tuple[tasks.Progress, jax.Array, jax.Array]:
     """The learned skill that acts for each goal, and the running quantities it sees.
 
-    The seven single-skill goals pass through unchanged. A two-leg goal ``(FORWARD_BACKWARD, d)`` is
-    composed from two learned skills, switched by the episode's own :class:`tasks.Progress`:
-
-    * first leg (the leg in direction ``d`` not yet done): the jump skill ``(JUMP, d)``, seeing the
-      episode's t and Σ (slow, upright hops: the second skill then starts from a near-rest state);
-    * second leg (from the step t₁ at which the first leg got done): the run skill ``(RUN, −d)``,
-      seeing t − t₁ and, as Σ, the sum of the displacements in direction −d so far (its own leg's
-      distance; the few such steps before t₁ are included).
-
-    Both see no leg done (those flags are task features of the two-leg goal only).
+    Single-skill goals pass through. A two-leg goal ``(FORWARD_BACKWARD, d)``: the first leg (direction d,
+    not yet done) with ``(JUMP, d)`` seeing the episode's t and Σ; from the step t₁ the first leg got done,
+    ``(RUN, −d)`` seeing t − t₁ and the sum of the displacements in direction −d; neither sees a leg done.
 
     Args:
       progress: :class:`tasks.Progress` of the episode so far, fields (B,).

@@ -1,16 +1,5 @@
-"""Natural-language instructions for the HalfCheetah tasks, per level.
-
-All phrasings are written for this project: templates filled with direction words.
-
-* train: 42 templates for "run <dir>" and 42 for "jump <dir>" (≥ 40 phrasings per train task);
-* rephrase: 10 different templates each for the same goals (no string shared with train);
-* easy: 10 templates for "run <dir> fast";
-* hard: 10 templates for "<dir> then <opposite>", 10 for "jump in place".
-
-A jump-forward instruction says forward and a jump-backward instruction says backward (the reference
-had the two swapped). Each level has an instruction table (unique strings, task-major, template order)
-and, per task, the ids of its phrasings in that table. Everything is deterministic.
-"""
+"""Natural-language instructions for the HalfCheetah tasks, per level (written for this project; per-level
+counts: docs/envs.md): an instruction table per level and each task's phrasing ids into it."""
 
 from __future__ import annotations
 

@@ -1,21 +1,7 @@
-"""The HalfCheetah model: Gymnasium's HalfCheetah-v5 MJCF, loaded from the installed ``gymnasium``.
-
-Why load it from Gymnasium at run time instead of shipping an MJCF of our own: the benchmark is defined
-on *the* standard HalfCheetah (BENCHMARK §2.5), and the only way to be sure every parameter (masses from
-``settotalmass``, joint stiffness/damping/armature, contact softness, gears, limits) is identical is to
-compile the very file Gymnasium compiles. A hand-written copy would be a transcription of that file
-that can drift silently; loading it costs one small pure-Python dependency (``gymnasium``, which the
-parity tests need anyway). Nothing of the file is copied into this repository.
-
-Constants below are facts of that model (checked against the compiled ``MjModel`` by the tests):
-
-* ``qpos`` (9): rootx, rootz, rooty, bthigh, bshin, bfoot, fthigh, fshin, ffoot; ``qvel`` (9) the same
-  joints' velocities. rootz is the torso's height relative to its initial 0.7 m; rooty its pitch.
-* ``ctrl`` (6): one motor per leg joint with ``ctrlrange = [-1, 1]`` (MuJoCo clamps), torque =
-  ``gear · ctrl`` with gears (120, 90, 60, 120, 60, 30): the action *is* the control, the gear scales
-  it inside MuJoCo, exactly as Gymnasium does.
-* ``timestep = 0.01`` s, Euler integrator, Newton solver; one environment step = ``FRAME_SKIP = 5``
-  physics steps, ``DT = 0.05`` s.
+"""The HalfCheetah model: Gymnasium's HalfCheetah-v5 MJCF, compiled from the installed ``gymnasium`` (the
+benchmark's model, parameter for parameter; why not a copy: docs/envs.md). qpos (9) = rootx, rootz,
+rooty, bthigh, bshin, bfoot, fthigh, fshin, ffoot, qvel (9) the same; ctrl (6) in [-1, 1], torque
+``gear · ctrl``; one environment step = ``FRAME_SKIP`` steps of ``TIMESTEP``.
 """
 
 from __future__ import annotations

@@ -24,14 +24,9 @@ docs/quality_rules.md)."""
 def cheetah_simulate(states: jax.Array, actions: jax.Array) -> jax.Array:
     """HalfCheetah's simulator set to each 18-d state and stepped once: (K, 18), (K, 6) -> (K, 18).
 
-    The state ``[dx, qpos[1:], qvel]`` determines the whole MuJoCo state except the root's x
-    position ``qpos[0]`` (HalfCheetah has no activations, mocap or warm-start state that matters:
-    each step starts the solver cold, see :mod:`imaginejax.envs.cheetah.backends`). The dynamics
-    do not depend on x (the floor is an infinite plane), so ``qpos[0] = 0`` is used; the result's
-    dx is the step's x displacement, as in the environment. The state's own dx (slot 0, the
-    *previous* step's displacement) does not enter the physics. Runs on the environment's default
-    backend (MuJoCo C through ``pure_callback`` on a CPU, MJX on accelerators) in float64 from the
-    float32 states; rows with a non-finite state or action come back NaN.
+    The state fixes everything but the root's x, on which the dynamics do not depend, so ``qpos[0] = 0``;
+    the result's dx is the step's displacement. Default backend, float64 from the float32 states; rows with
+    a non-finite state or action come back NaN.
     """
     dtype = jnp.result_type(float)
     s = states.astype(dtype)
@@ -83,13 +78,9 @@ def _cheetah_step(progress: Any, prev: jax.Array, action: jax.Array, following: 
 
 @functools.lru_cache(maxsize=None)
 def cheetah_rules(max_steps: int) -> EpisodeRules:
-    """HalfCheetah's :class:`EpisodeRules`: the carry is :class:`~imaginejax.envs.cheetah.tasks.Progress`
-    (Σ dx, leg counts and sums, when each leg got done), updated from each new state's dx by
-    :func:`~imaginejax.envs.cheetah.tasks.update_progress`; success is
-    :func:`~imaginejax.envs.cheetah.tasks.success` on it and the reward
-    :func:`~imaginejax.envs.cheetah.tasks.reward` with the progress before the step — what the
-    environment's ``step_batch`` does. ``max_steps`` does not enter (the tasks' step thresholds are
-    absolute)."""
+    """HalfCheetah's :class:`EpisodeRules`, as the environment's ``step_batch``: the carry is
+    :class:`~imaginejax.envs.cheetah.tasks.Progress`, updated from each new state's dx; success on it,
+    reward with the progress before the step. ``max_steps`` does not enter."""
     del max_steps
     return EpisodeRules(_cheetah_init, _cheetah_step)
 

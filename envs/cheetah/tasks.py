@@ -1,57 +1,14 @@
 """HalfCheetah tasks: goal encoding, the running quantities of an episode, and the pure success /
-reward / legality predicates (BENCHMARK §2.5).
+reward / legality predicates on state vectors, broadcasting over leading dims (BENCHMARK §2.5).
 
-Everything here is plain JAX on *state vectors* and broadcasts over any leading batch shape ``...``, so
-the same functions score the simulator, the real data and imaginer-generated rollouts.
-
-State vector, (..., 18) float::
-
-    [0]      dx: x displacement of the step that produced this state (x after − x before), 0 at reset
-    [1]      rootz: torso height relative to its initial 0.7 m (≈ -0.13 at rest)
-    [2]      rooty: torso pitch (rad, unbounded hinge)
-    [3:9]    leg joint angles bthigh, bshin, bfoot, fthigh, fshin, ffoot (rad)
-    [9:18]   qvel: vx, vz, pitch rate, six leg joint velocities
-
-i.e. dx ⊕ Gymnasium's standard 17-d HalfCheetah observation (qpos[1:], qvel). The reference put the
-absolute x position (not a displacement) in slot 0 of the *initial* state; here it is 0.
-
-Goal vector, (..., GOAL_DIM = 2) int32: ``[kind, direction]`` with direction +1 (forward, +x), -1
-(backward) or 0 (jump in place). The nine tasks:
-
-=====  ========================  ===========================  ==============================================
-level  task                      goal                         success (t = steps taken, Σ = Σ dx)
-=====  ========================  ===========================  ==============================================
-train  run forward / backward    (RUN, ±1)                    t ≥ 99 and ±Σ > 7
-train  jump forward / backward   (JUMP, ±1)                   t ≥ 5 and ±Σ > 0
-easy   run forward / back fast   (RUN_FAST, ±1)               t ≥ 99 and ±Σ > 8.5
-hard   forward then backward     (FORWARD_BACKWARD, +1)       t ≥ 199, both legs done, forward leg first
-hard   backward then forward     (FORWARD_BACKWARD, -1)       t ≥ 199, both legs done, backward leg first
-hard   jump in place             (JUMP_IN_PLACE, 0)           t ≥ 15 and |Σ| < 1.05
-=====  ========================  ===========================  ==============================================
-
-``rephrase`` has the train goals. The forward leg is "done" once more than 30 steps had dx > 0 and
-those steps' dx sum to more than 3 (the backward leg: > 30 steps with dx < 0 summing to < -3); these
-four count/sum conditions are the reference's. The reference did not check the *order* of the legs (its
-two hard tasks had the same predicate); here the leg the instruction names first must be done first.
-"Jump forward" is forward (+1): the reference had swapped the jump instructions.
-
-Running quantities (:class:`Progress`, one per episode, kept in the environment state and updated by
-:func:`update_progress` from each new state's dx): Σ, the number of forward / backward steps, the sums of
-their displacements, and the step at which each leg got done (0 while not done). Success and the hard
-tasks' rewards are functions of these, which are themselves functions of the state trajectory
-(:func:`trajectory_progress` recomputes them from a (…, T+1, 18) sequence).
-
-Rewards (per step, ``v = dx / DT`` the mean forward speed, ``c = 0.1·Σ a²`` the control cost, as in
-Gymnasium's HalfCheetah):
-
-* run / run fast: ``±v − c`` (Gymnasium's reward for forward, its mirror for backward);
-* forward-then-backward: ``+v − c`` until the forward leg is done, then ``−v − c`` (mirrored for
-  backward-then-forward). The reference used ``|v| − c``, which ignores the order;
-* jump forward / backward: ``±clip(v, −1, 1) + 10·hop − c``; jump in place: ``−|v| + 10·hop − c``, where
-  ``hop = max(rootz − REST_HEIGHT, 0) · max(cos(rooty), 0)`` is the torso's rise above its resting
-  height, counted only while upright. Capping the speed term at 1 m/s (a run reaches 5–15 m/s) makes
-  speed worth little and air time worth a lot, so the optimum is short upright hops, not a sprint; the
-  upright factor removes the flip-over exploit (a cheetah on its back can raise its torso too).
+State (..., 18): [0] dx of the step that produced it (0 at reset), [1] rootz, [2] rooty (pitch),
+[3:9] leg joint angles, [9:18] qvel. Goal (..., 2) int32 ``[kind, direction]``, direction +1, -1 or 0.
+Success (t steps, Σ = Σ dx): run t ≥ 99, ±Σ > 7; jump t ≥ 5, ±Σ > 0; run fast t ≥ 99, ±Σ > 8.5;
+forward-backward t ≥ 199 with both legs done in the named order (a leg: > 30 steps of its sign
+summing beyond ±3); jump in place t ≥ 15, |Σ| < 1.05. Rewards (v = dx / DT, c = 0.1 Σ a²): run ±v − c;
+forward-backward +v − c until the first leg is done, then −v − c; jump ±clip(v, −1, 1) + 10·hop − c,
+in place −|v| + 10·hop − c, ``hop = max(rootz − REST_HEIGHT, 0) max(cos rooty, 0)``.
+Why these choices, against the reference: docs/envs.md, "HalfCheetah".
 """
 
 from __future__ import annotations
@@ -249,7 +206,7 @@ def success(progress: Progress, t: jax.Array, goal: jax.Array) -> jax.Array:
       progress: :class:`Progress` *after* the step, fields (...).
       t: (...) int, steps taken after the step (the reference's ``timestep``).
       goal: (..., 2) int32 ``[kind, direction]``.
-    Returns: (...) bool (see the module docstring's table).
+    Returns: (...) bool (the module docstring's thresholds).
     """
     chex.assert_axis_dimension(goal, -1, GOAL_DIM)
     kind, direction = goal[..., 0], goal[..., 1]
@@ -284,12 +241,12 @@ def reward(prev_state: jax.Array, action: jax.Array, next_state: jax.Array, goal
     """Reward of the transition (prev_state, action) → next_state.
 
     Args:
-      prev_state: (..., 18) (unused by the current rewards; kept for the common predicate signature).
+      prev_state: (..., 18) (unused; the common predicate signature).
       action: (..., 6).
-      next_state: (..., 18); its dx gives the mean forward speed v = dx / 0.05 s.
+      next_state: (..., 18); its dx gives v = dx / 0.05 s.
       goal: (..., 2) int32.
       progress: :class:`Progress` *before* the step (the hard tasks' current leg), fields (...).
-    Returns: (...) float32 (formulas in the module docstring).
+    Returns: (...) float32 (the module docstring's formulas).
     """
     del prev_state
     chex.assert_axis_dimension(next_state, -1, STATE_DIM)
@@ -332,13 +289,9 @@ def trajectory_success_and_reward(states: jax.Array, actions: jax.Array, goal: j
 
 
 def legal(state: jax.Array) -> jax.Array:
-    """Physical plausibility of a state: (..., 18) → (...) bool.
-
-    True iff every entry is finite, |dx| <= 1.5 m per step, rootz in [-0.7, 2.5] m (the lower bound is
-    the torso lying on the floor), every leg joint within its limits widened by 0.5 rad (the limits are
-    soft), |vx|, |vz| <= 30 m/s, |pitch rate| <= 60 rad/s and every joint speed <= 100 rad/s. The pitch
-    itself is unbounded (the cheetah may flip).
-    """
+    """Physical plausibility of a state: (..., 18) → (...) bool. Finite, |dx| <= 1.5 m per step, rootz in
+    [-0.7, 2.5] m, leg joints within their limits widened by 0.5 rad, |vx|, |vz| <= 30 m/s, |pitch rate|
+    <= 60 rad/s, joint speeds <= 100 rad/s; the pitch is unbounded (the cheetah may flip)."""
     chex.assert_axis_dimension(state, -1, STATE_DIM)
     finite = jnp.all(jnp.isfinite(state), axis=-1)
     low = jnp.asarray(M.LEG_JOINT_RANGE[:, 0]) - LEG_ANGLE_MARGIN

@@ -1,33 +1,6 @@
-"""CLEVR-Robot as a pure, gymnax-style JAX environment with batched kernels.
-
-API (all pure; ``params`` is a pytree holding the level's task table)::
-
-    env, params = imaginejax.envs.make("clevr", level)            # or make_params(level)
-    obs, state = env.reset(key, params)                           # obs (10+E,)
-    obs, state, reward, done, info = env.step(key, state, action, params)
-    obs, state = env.reset_batch(keys, params)                    # keys (B, 2) → obs (B, 10+E)
-    obs, state, reward, done, info = env.step_batch(keys, states, actions, params)   # actions (B,)
-    obs, state = env.reset_to_task(key, params, task)             # evaluation of a given task
-    obs, state = env.reset_to_task_batch(keys, params, tasks, phrasings=None)
-
-The batched kernels are the implementation (they call :func:`physics.push` on the whole batch once per
-step); ``reset`` / ``step`` are thin single-environment views of them (a batch of one).
-
-Semantics:
-
-* Observation = state (10,) ⊕ instruction embedding (E,), E = ``params.instruction_embeddings.shape[1]``
-  (0 when made with ``embed=False``).
-* Reset samples a task uniformly, one of its phrasings uniformly, and a layout from
-  :func:`physics.sample_layout`, rejecting layouts that already satisfy the goal (``params.reset_tries``
-  candidates are drawn at once and the first unsatisfied one is kept; jit-able, no data-dependent loop).
-* An episode ends when the goal succeeds (``info["success"]``, a true terminal) or when ``t`` reaches
-  ``params.max_steps`` (``info["truncated"]``). There is **no auto-reset**: stepping a finished episode
-  keeps its state frozen and returns reward 0, ``done = True``, ``success = truncated = False`` (those
-  flags mark only the step that ended the episode; ``state.success`` stays True after a success).
-* The step's key is unused (the physics is deterministic) but kept for the gymnax signature.
-
-The class follows gymnax's method signatures but does not subclass ``gymnax.environments.Environment``:
-gymnax is not a dependency of the project, and its ``step`` auto-resets, which this contract does not.
+"""CLEVR-Robot as a pure, gymnax-style JAX environment with batched kernels: state (10,), Discrete(40)
+pushes, obs (10+E,). Reset draws a layout that does not already satisfy the goal (``params.reset_tries``
+candidates, the first unsatisfied one kept); the step is one :func:`physics.push` of the batch.
 """
 
 from __future__ import annotations
@@ -69,13 +42,8 @@ def make_params(level: str, *, embed: Encoder | None = None, reset_tries: int = 
 
 
 class CLEVRRobot(TaskEnv, tasks=tasks, instructions=instr.__name__, make_params=make_params):
-    """CLEVR-Robot: 5 balls, Discrete(40) pushes, language-conditioned goals (see module docstring).
-
-    The object holds no state and no level: everything level-specific lives in :class:`EnvParams`.
-    ``state_dim``, ``goal_dim``, ``levels``, the public pure predicates ``success`` / ``reward`` /
-    ``legal`` (broadcast over leading dims) and ``instructions(level)`` / ``default_params(level)`` come
-    from :mod:`.tasks`, :mod:`.instructions` and :func:`make_params` (:class:`~imaginejax.envs.base.TaskEnv`).
-    """
+    """CLEVR-Robot: 5 balls, Discrete(40) pushes, language-conditioned goals. Stateless; the level lives
+    in :class:`EnvParams`; the predicates and metadata come from :mod:`.tasks` (:class:`~imaginejax.envs.base.TaskEnv`)."""
 
     name: Final[str] = ENV_NAME
     num_actions: Final[int] = tasks.NUM_ACTIONS

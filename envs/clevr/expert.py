@@ -1,23 +1,13 @@
 """Scripted CLEVR-Robot expert: model-predictive greedy search with the true simulator.
 
-At every step the expert simulates all 40 pushes from the current layout with :func:`physics.push`
-(one batched call over ``B × 40`` candidates) and picks the action with the best *score*::
+At every step all 40 pushes are simulated (:func:`physics.push`, B × 40 candidates) and the best
 
     score(a) = progress(next_a, goal) + SUCCESS_BONUS · success(s, a, next_a, goal)
                - WORKBENCH_WEIGHT · (distance of balls outside the safe box)
 
-``progress`` is a goal-specific potential (higher is better; see :func:`progress`). With
-``lookahead_width = k > 0``, an environment where greedy is stuck (no push improves the score) has its
-k best first actions expanded by a second push (40 each), and an action is scored by
-``max(score(a1), max_a2 score(a1, a2) - LOOKAHEAD_PENALTY)``, which gets the expert out of plateaus
-where no single push helps. The expansion runs (``lax.cond``) only for chunks holding a stuck
-environment.
-Scores get a little uniform tie-break noise, and with probability ``epsilon`` a uniformly random action
-replaces the expert's (data diversity; use 0 to measure success).
-
-Everything is pure, jit- and vmap-able, with explicit keys. The candidates are simulated in chunks of
-``chunk`` environments (``chunk × 40`` pushes per physics call), which keeps the physics kernel at the
-batch size where it is fastest on a CPU.
+is taken; where no push improves the score, the ``lookahead_width`` best are expanded by a second push,
+scored ``max(score(a1), max_a2 score(a1, a2) - LOOKAHEAD_PENALTY)``. Tie-break noise, and ε-random
+actions for data diversity. The design: docs/envs.md, "CLEVR-Robot".
 """
 
 from __future__ import annotations
@@ -75,12 +65,9 @@ def _workbench_excess(state: jax.Array) -> jax.Array:
 
 
 def _clause_path_length(a_pos: jax.Array, b_pos: jax.Array, direction: jax.Array) -> jax.Array:
-    """Approximate travel of A into the safe part of the region "A is <direction> of B".
-
-    In polar coordinates around B relative to the direction's axis, the safe region is angles within
-    ±TARGET_HALF_ANGLE and distances in [TARGET_MIN, TARGET_MAX]; the target is its point nearest to A
-    (angle and radius clipped). When A is behind B (|angle| > 90°) the path goes around B through a side
-    waypoint at ``WAYPOINT_RADIUS``, instead of through B.
+    """Approximate travel of A into the safe part of the region "A is <direction> of B" (angles within
+    ±TARGET_HALF_ANGLE, distances in [TARGET_MIN, TARGET_MAX] around B), around B through a waypoint at
+    ``WAYPOINT_RADIUS`` when A is behind it.
 
     Args: a_pos, b_pos (..., 2); direction (...) int.
     Returns: path length (...) and the target point (..., 2).
@@ -102,19 +89,13 @@ def _clause_path_length(a_pos: jax.Array, b_pos: jax.Array, direction: jax.Array
 
 
 def progress(state: jax.Array, goal: jax.Array) -> jax.Array:
-    """Goal-specific progress potential (higher is better; 0 once every clause of a relational goal holds).
+    """Goal-specific progress potential (higher is better; 0 once every clause of a relational goal holds):
+    state (..., 10), goal (..., G) -> (...) float32.
 
-    Args:
-      state: (..., 10) state vectors.
-      goal: (..., G) goal vectors.
-    Returns: (...) float32.
-
-    relational: Σ over unsatisfied clauses of -(path length of A into the safe part of its target
-    region next to B, around B when A is on the wrong side + 0.1), see :func:`_clause_path_length`;
-    line: Σ over the 4 consecutive pairs of the violation of "next ball ≥ 0.30 to the right and within
-    22° of +x" (+0.1 when the pair's sub-condition fails);
-    gather: Σ over the non-centre balls of -(max(0, |ball - centre| - 0.29) + 0.1 if outside 0.325);
-    push: 0 (success depends on the action only).
+    relational: Σ over unsatisfied clauses of -(:func:`_clause_path_length` + 0.1); line: Σ over the 4
+    consecutive pairs of the violation of "next ball >= 0.30 to the right and within 22° of +x" (+0.1 when the
+    pair's sub-condition fails); gather: Σ over the non-centre balls of -(max(0, |ball - centre| - 0.29)
+    + 0.1 if outside 0.325); push: 0.
     """
     balls = tasks.balls_of(state)
     kind = goal[..., 0]
@@ -221,10 +202,8 @@ def expert_actions(key: jax.Array, balls: jax.Array, goal: jax.Array, config: Ex
       balls: (B, 5, 2) current ball positions.
       goal: (B, G) int32 goal vectors.
       config: :class:`ExpertConfig`.
-      active: optional (B,) bool, the environments whose action is needed (e.g. episodes not yet
-        ended). The active ones are gathered to the front and chunks without an active environment
-        skip the simulation; inactive environments get action 0 (or a random one with probability
-        epsilon). The actions of active environments are those computed without ``active``.
+      active: optional (B,) bool, the environments whose action is needed; chunks without one skip the
+        simulation, inactive ones get action 0 (or ε-random); active ones get what they would without it.
     Returns: (B,) int32 actions in [0, 40).
     """
     batch = balls.shape[0]
@@ -270,14 +249,8 @@ Policy = Callable[..., jax.Array]
 
 
 def make_policy(config: ExpertConfig = ExpertConfig()) -> Policy:
-    """The expert as a collection policy ``policy(key, obs, state, params) -> actions (B,)``.
-
-    Environments whose episode has ended (``state.done``) are not planned for (see ``active`` in
-    :func:`expert_actions`); they get action 0, which the frozen environment ignores.
-
-    ``obs`` is unused: the expert reads the true ball positions and the task's goal from the batched
-    environment state (``state.balls`` (B, 5, 2), ``params.goals[state.task]``).
-    """
+    """The expert as a collection policy ``policy(key, obs, state, params) -> actions (B,)``; it reads
+    ``state.balls`` and ``params.goals[state.task]`` (``obs`` is unused) and skips ended episodes (action 0)."""
 
     def policy(key: jax.Array, obs: jax.Array, state, params) -> jax.Array:
         del obs

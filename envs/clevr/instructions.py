@@ -1,15 +1,5 @@
-"""Natural-language instructions for the CLEVR-Robot goals, per level.
-
-All phrasings are written for this project: templates filled with colour and direction words.
-
-* train: 18 templates for the relational goals ("move ball A to <dir> of ball B");
-* rephrase: 40 different templates for the same goals (no string shared with train);
-* easy: 10 templates for "push ball A <dir>";
-* hard: 10 templates for clause conjunctions, 10 for the line goal, 10 for the gather goal.
-
-Each level has an instruction table (a tuple of unique strings, task-major, template order) and, per
-task, the ids of its phrasings in that table. Everything is deterministic.
-"""
+"""Natural-language instructions for the CLEVR-Robot goals, per level (written for this project;
+per-level counts: docs/envs.md): an instruction table per level and each task's phrasing ids into it."""
 
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
-"""CLEVR-Robot pushes stepped by MuJoCo C on ``scene.xml`` (host-side NumPy).
-
-This is the reference that :mod:`envs.clevr.physics` is checked against, and the CPU baseline of
-``experiments/benchmarks/clevr_env_steps.py``. One push has exactly the semantics of
-:func:`envs.clevr.physics.push`: set ``qvel = 0``, put the pusher at ``ball_xy - PUSH_OFFSET * dir``
-(current position of the chosen ball), set ``ctrl = dir`` and call ``mj_step`` ``SUBSTEPS`` times.
-
-Two batched drivers are provided: :func:`push_mujoco` (a Python loop over ``mj_step``, one ``MjData``)
-and :func:`push_rollout` (``mujoco.rollout`` with a thread pool, one ``MjData`` per thread).
+"""CLEVR-Robot pushes stepped by MuJoCo C on ``scene.xml`` (host-side NumPy): the reference
+:mod:`envs.clevr.physics` is checked against, with the semantics of :func:`envs.clevr.physics.push`.
+:func:`push_mujoco` loops over ``mj_step``; :func:`push_rollout` uses ``mujoco.rollout`` on threads.
 """
 
 from __future__ import annotations

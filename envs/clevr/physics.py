@@ -1,65 +1,13 @@
 """CLEVR-Robot physics: a plain-JAX, batched re-implementation of MuJoCo stepping ``scene.xml``.
 
-The scene (BENCHMARK.md section 2.1; every modelling choice is documented in ``scene.xml``) is five
-balls (radius 0.13) and a point-mass pusher (radius 0.05), each body on two world-aligned slide joints
-(x, y) at ball-centre height. The only forces are viscous joint damping (the floor's resistance), the
-pusher's two motors and frictionless sphere-sphere soft contacts (condim 1). This module reproduces
-MuJoCo's pipeline for that model step by step, in the same order and with the same formulas:
-
-1. **Mass matrix**: diagonal, ``M = diag(m_b, m_b)`` per body (slide joints, no armature).
-2. **Smooth forces**: ``qfrc_smooth = gear * clamp(ctrl, -2, 2) - damping * qvel`` (gravity has zero
-   projection on the slide axes, there is no Coriolis term) and ``qacc_smooth = M^-1 qfrc_smooth``.
-3. **Collision**: for each of the 15 sphere pairs (i < j in geom order: balls 0..4, then the pusher),
-   ``dist = |c_j - c_i| - r_i - r_j``; a contact exists iff ``dist < margin = 0``. Its normal ``n``
-   points from geom i to geom j and its Jacobian row is ``J = [-n on body i, +n on body j]``
-   (so ``J qvel`` is the separating normal velocity).
-4. **Soft constraint** (MuJoCo's ``solref = (timeconst 0.02, dampratio 1)``,
-   ``solimp = (d0 0.9, dwidth 0.95, width 0.001, midpoint 0.5, power 2)``):
-   impedance ``imp(|dist|)`` rises from d0 to dwidth over ``width`` of penetration along two joined
-   power curves; ``K = 1 / (dwidth^2 timeconst^2 dampratio^2)``, ``B = 2 / (dwidth timeconst)``;
-   reference acceleration ``aref = -B J qvel - K imp dist``; regulariser
-   ``R = max(mjMINVAL, (1 - imp) / imp * diagApprox)`` with ``diagApprox = invweight0_i + invweight0_j``
-   (MuJoCo's ``body_invweight0``, which is ``1 / m`` for these bodies; the world has none).
-5. **Constraint solve**: MuJoCo's Newton solver minimises the convex primal; its optimum is the unique
-   solution of the dual LCP ``f >= 0, w = (A + R) f + J qacc_smooth - aref >= 0, f.w = 0`` with
-   ``A = J M^-1 J^T``. Any exact method gives the same answer; we use projected Gauss-Seidel (PGS).
-   Because ``R > 0``, ``A + R`` is symmetric positive definite and PGS converges linearly to the unique
-   solution from any start (Cryer 1971; Mangasarian 1977). A single active row, or active rows that
-   share no body, are solved exactly by one sweep, which is the common case. Sweeps run per
-   environment until no force changes by more than ``SOLVER_RTOL_EPS * eps * max(1, max f)`` (64 ulp
-   of the largest force), capped at ``MAX_SWEEPS`` (never reached in the tests); they are warm-started
-   from the previous substep's forces, which changes the number of sweeps, not the solution. The 15
-   pair rows are split into 5 "colours" of 3 rows that share no body (a 1-factorisation of the 6
-   bodies), so one sweep is 5 vectorised steps and is exactly sequential Gauss-Seidel.
-   The physics is solved to round-off, as MuJoCo's Newton solve is with ``scene.xml``'s tolerance 0:
-   float64 pushes agree with MuJoCo C to ~1e-14.
-6. **Euler with implicit damping** (MuJoCo's ``mj_Euler``): ``qacc = (M + h D)^-1 (qfrc_smooth +
-   J^T f)``, ``qvel' = qvel + h qacc``, ``qpos' = qpos + h qvel'``. Note the constraint forces come
-   from the solve with ``M`` alone, as in MuJoCo.
-
-**One environment step** (:func:`push`): all velocities are set to zero (by definition: the 10-d
-ball-position state is then Markov, and the balls are nearly at rest after a push anyway, see
-``scene.xml``), the pusher is placed at ``ball_xy - PUSH_OFFSET * dir`` using the *current* position
-of the chosen ball, and control ``dir`` is applied to the pusher's motors for ``SUBSTEPS`` steps of
-``DT``. Since ``0.15 < 0.13 + 0.05`` the pusher starts slightly inside the ball; the soft contact
-resolves that, as in the reference.
-
-**Layout and speed**: the public API is batch-leading, ``(B, 5, 2)``; internally the kernel works on
-structure-of-arrays values whose *last* axis is the batch (bodies (6, N), contact rows (15, N)),
-which is what XLA vectorises on a CPU: at batch 1024 it ran ~6-8x faster than the same physics
-written for one environment and ``vmap``-ped (``experiments/benchmarks/clevr_env_steps.py`` measures
-both). On a SIMD batch the slowest environment sets the number of sweeps, so once few environments are
-unfinished they are gathered into a small chunk and finished there (see :func:`_solve_contacts`);
-environments never depend on each other, so a push gives the same result alone or in any batch.
-On a CPU, batches larger than ``PUSH_CHUNK`` (2048) are pushed in equal chunks one after another
-(``lax.map``): the per-substep intermediates of a 40,960 batch (15 rows x 7 fields x 4 bytes x N)
-far exceed the 2 MiB L2 cache, which made throughput fall with the batch (measured 2x at 40,960).
-An accelerator pushes the whole batch at once (:func:`push_chunk`): there, chunks run one after another
-would each pay the solver loops' per-iteration cost again.
-All functions work under ``jax.jit`` and an outer ``jax.vmap``; the dtype (float32 or float64)
-follows the input positions.
-:mod:`envs.clevr.mujoco_ref` steps the same MJCF with MuJoCo C, and ``tests/test_clevr_physics.py``
-checks the two against each other.
+Five balls (radius 0.13) and a point-mass pusher (radius 0.05), each on two slide joints (x, y); joint
+damping, the pusher's motors and frictionless soft sphere-sphere contacts. One substep is MuJoCo's
+pipeline for this model: ``qacc_smooth = M^-1 (gear clamp(ctrl) - damping qvel)``; contact rows of the 15
+sphere pairs with ``dist < 0``; the dual LCP ``f >= 0, (A + R) f + J qacc_smooth - aref >= 0, f.w = 0``
+(``A = J M^-1 J^T``) solved by projected Gauss-Seidel; Euler with implicit damping. One environment step
+(:func:`push`) zeroes the velocities, puts the pusher behind the chosen ball and drives it for
+``SUBSTEPS``. The kernel is batch-last (bodies (6, N), rows (15, N)), the public API batch-leading
+(B, 5, 2). Derivation, convergence and speed: docs/envs.md, "CLEVR-Robot".
 """
 
 from __future__ import annotations
@@ -325,18 +273,10 @@ def _solve_contacts(rows: _Rows, fx: jax.Array, fy: jax.Array, warm: jax.Array
                     ) -> tuple[jax.Array, jax.Array]:
     """The contact forces: the unique solution of the dual LCP, by projected Gauss-Seidel.
 
-    Convergence: ``A + R`` is symmetric positive definite (``R > 0``), so PGS converges linearly to
-    the unique solution from any start (Cryer 1971; Mangasarian 1977). An environment stops when a
-    sweep changes no force by more than ``SOLVER_RTOL_EPS * eps * max(1, max f)``. One active row, or
-    active rows that share no body, are solved exactly by the first sweep (the second confirms); most
-    substeps are like that. Coupled rows (the pusher wedged between two balls, chains) converge at a
-    rate of about 0.25-0.7 per sweep and take tens of sweeps.
-
-    Cost on a SIMD batch is set by its slowest environment, so the solve has two phases: sweeps over
-    the whole batch while more than ``N / COMPACT_FRACTION`` environments are unfinished, then the
-    unfinished ones are gathered into chunks of that size and swept to convergence there (scattered
-    back afterwards). Environments never wait on each other's results: a finished environment is
-    frozen, so its forces do not depend on the rest of the batch.
+    ``A + R`` is symmetric positive definite, so PGS converges from any start; an environment stops when a
+    sweep changes no force by more than ``SOLVER_RTOL_EPS * eps * max(1, max f)``. Sweeps run over the whole
+    batch while more than ``N / COMPACT_FRACTION`` environments are unfinished, then over the unfinished ones
+    gathered into chunks (a finished environment is frozen, so no environment depends on the batch).
 
     Args:
         rows: (15, N) rows; fx, fy: (6, N) qfrc_smooth; warm: (15, N) forces to start from (>= 0),
@@ -544,13 +484,9 @@ def _min_centre_distance(layout: jax.Array) -> jax.Array:
 def sample_layout(key: jax.Array, batch: int) -> jax.Array:
     """Random initial layouts: x ~ U[-0.5, 0.5], y ~ U[-0.3, 0.5], centres >= MIN_CENTRE_DISTANCE apart.
 
-    Fixed work, so it is jit-able: ``LAYOUT_ATTEMPTS`` independent attempts per layout, each placing
-    the balls one after another, every ball the first of ``LAYOUT_CANDIDATES`` uniform candidates that
-    is far enough from the balls already placed (uniform over the free region, as rejection sampling
-    would give). The first attempt that succeeded is returned. An attempt fails when the balls placed
-    first leave little or no room: measured 5.5e-3 of attempts with 32 candidates and a 0.30 minimum
-    distance, so all 4 attempts fail with probability ~1e-9; then the attempt with the largest
-    minimum distance is returned.
+    Fixed work, so it is jit-able: ``LAYOUT_ATTEMPTS`` attempts per layout, each ball the first of
+    ``LAYOUT_CANDIDATES`` uniform candidates far enough from those placed; the first attempt that succeeded
+    is returned, else the one with the largest minimum distance (how rarely: docs/envs.md).
 
     Args:
         key: PRNG key.

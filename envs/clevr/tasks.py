@@ -1,33 +1,16 @@
-"""CLEVR-Robot goals, goal encoding, and the pure success / reward / legality predicates.
+"""CLEVR-Robot goals, goal encoding, and the pure success / reward / legality predicates on state vectors
+(..., 10), the (x, y) of each ball in colour order, broadcasting over leading dims.
 
-Everything here is plain JAX on *state vectors*, so the same functions score the simulator, the real
-data and imaginer-generated rollouts.
+"A is <dir> of B" (behind +y, left -x, front -y, right +x) holds iff ``0 < |A - B| < 0.39`` and the angle
+of ``A - B`` is within ±45° of the axis. Goal vector (GOAL_DIM = 11) int32
+``[kind, n, a0, b0, d0, a1, b1, d1, a2, b2, d2]``, unused slots 0:
 
-State vector: ``(..., 10)`` float, the (x, y) of each ball in colour order (red, blue, green, purple,
-cyan). All predicates broadcast over any leading batch shape ``...``; no ``vmap`` is needed (it also
-works).
+* ``KIND_RELATIONAL``: n in 1..3 clauses "ball a_i is d_i of ball b_i" (n = 1: train / rephrase);
+* ``KIND_PUSH`` (easy): "push ball a0 d0", success from the action alone;
+* ``KIND_LINE``: ball i+1 within ±30° of +x from ball i for the four consecutive pairs;
+* ``KIND_GATHER``: every ball other than the centre a0 within 0.325 of it.
 
-Relations ("A is <dir> of B"), ``dir`` in :data:`RELATIONS`: behind = +y, left = -x, front = -y,
-right = +x. A relation holds iff the angle of ``A - B`` lies within ±45° (inclusive) of the direction's
-axis and ``0 < |A - B| < 0.39``.
-
-Goal vector (one fixed width for every kind, so one compiled function serves all tasks of a level),
-int32 of width :data:`GOAL_DIM` = 11::
-
-    [kind, n, a0, b0, d0, a1, b1, d1, a2, b2, d2]
-
-* ``KIND_RELATIONAL`` (0): ``n`` in 1..3 clauses "ball a_i is d_i of ball b_i", all at once.
-  ``n == 1`` are the train / rephrase goals (reward: 10 × decrease of |A - B|); ``n >= 2`` are hard
-  conjunctions (reward: 10 × change of the number of satisfied clauses).
-* ``KIND_PUSH`` (1): easy goal "push ball a0 d0": ``n = 1``; a one-step task whose success depends on the
-  *action* only (the ball chosen is ``a0`` and the push direction is compatible with ``d0``).
-* ``KIND_LINE`` (2): ``n = 4`` sub-conditions; ball i+1 lies within ±30° of +x from ball i for the four
-  consecutive pairs (red→blue→green→purple→cyan): a left-to-right line in colour order.
-* ``KIND_GATHER`` (3): ``n = 4`` sub-conditions; every ball other than the centre ``a0`` (green, 2) is
-  within 0.325 of it.
-
-Unused slots are 0. The hard reward is computed between the *previous* and the *next* state of the same
-transition (no one-step lag), on the 10-d state exactly.
+Rewards: :func:`reward`. The design of the levels: docs/envs.md.
 """
 
 from __future__ import annotations
@@ -177,13 +160,9 @@ def _is_forest(clauses: tuple[tuple[int, int, int], ...]) -> bool:
 
 
 def _robustly_satisfiable(clauses: tuple[tuple[int, int, int], ...], tries: int = 400) -> bool:
-    """Constructive check that a forest of clauses has a satisfying layout *with slack*.
-
-    Places balls along the clause tree with angles within ±35° of each axis and distances in
-    [0.29, 0.35], and requires every pair of placed balls >= 0.29 apart, inside the layout box widened by
-    0.2. Deterministic (fixed seed). Goals that only fit with balls squeezed at the limits are rejected,
-    since no expert could reach them reliably.
-    """
+    """Whether a forest of clauses has a satisfying layout *with slack* (angles within ±35°, distances in
+    [0.29, 0.35], pairs >= 0.29 apart, in the layout box widened by 0.2; deterministic): goals that fit
+    only with balls squeezed at the limits are rejected, since no expert could reach them reliably."""
     rng = np.random.default_rng(12345)
     for _ in range(tries):
         pos: dict[int, np.ndarray] = {}
@@ -226,9 +205,7 @@ def _spread_pick(candidates: list, count: int, stride: int, accept) -> list:
 
 def hard_goals() -> np.ndarray:
     """The hard goals, (82, GOAL_DIM) int32: 40 two-clause and 40 three-clause relational conjunctions
-    (clause graphs are forests — no contradictions or cycles — and robustly satisfiable), then "line" and
-    "gather". Deterministic: candidates are enumerated in lexicographic order and visited with a fixed
-    stride."""
+    (forests, robustly satisfiable), then "line" and "gather". Deterministic."""
     clauses = [(a, b, d) for a in range(N_BALLS) for b in range(N_BALLS) if a != b for d in range(len(RELATIONS))]
     two = [c for c in itertools.combinations(clauses, 2) if _is_forest(c)]
     three = [c for c in itertools.combinations(clauses, 3) if _is_forest(c)]
@@ -360,16 +337,8 @@ def push_matches(action: jax.Array, goal: jax.Array) -> jax.Array:
 
 
 def success(prev_state: jax.Array, action: jax.Array, next_state: jax.Array, goal: jax.Array) -> jax.Array:
-    """Task success of the transition (prev_state, action) → next_state.
-
-    Args:
-      prev_state: (..., 10) (ignored by state-based goals).
-      action: (...) int (ignored by state-based goals).
-      next_state: (..., 10).
-      goal: (..., G) int32.
-    Returns: (...) bool. Push goals: :func:`push_matches`; every other kind: all sub-conditions hold in
-    ``next_state``.
-    """
+    """Task success of the transition (prev_state (..., 10), action (...), next_state (..., 10), goal (..., G))
+    -> (...) bool: push goals :func:`push_matches`; every other kind: all sub-conditions hold in ``next_state``."""
     del prev_state
     is_push = goal[..., 0] == KIND_PUSH
     return jnp.where(is_push, push_matches(action, goal), state_satisfied(next_state, goal))

@@ -1,40 +1,10 @@
-"""LIBERO-style tabletop as a batched, functional environment (Panda, three objects, a basket; BENCHMARK §2.4).
-
-API (pure; ``params`` holds the level's task table)::
-
-    env, params = imaginejax.envs.make("libero", level)            # or Libero(), make_params(level)
-    obs, state = env.reset(key, params)                            # obs (44+E,)
-    obs, state, reward, done, info = env.step(key, state, action, params)    # action (7,) in [-1, 1]
-    obs, state = env.reset_batch(keys, params)                     # the batched kernels (the implementation)
-    obs, state, reward, done, info = env.step_batch(keys, states, actions, params)
-
-Physics: one MJCF (:mod:`.model`), MuJoCo C on the host through the generic batched stepper
-(:mod:`imaginejax.envs.mujoco_host`, one ``mujoco.rollout`` call per step for the whole batch, reached from
-``jit`` through ``jax.pure_callback``); the state travels as float32 ``hi + lo`` pairs of MuJoCo's float64
-FULLPHYSICS vector. Everything else — the reset distribution, the delta-pose controller, the 44-d state,
-predicates and rewards — is JAX. Backends (``Libero(backend=...)``, :func:`mujoco_host.resolve_backend`):
-
-* ``"mujoco"``: MuJoCo C on host threads as above (float64 physics);
-* ``"mjx"``: the same MJCF on ``mujoco.mjx`` (:mod:`.mjx_backend`), the whole step and reset pure JAX in
-  float32; the state keeps its fields and layouts (``hi`` = the float32 FULLPHYSICS vector, ``lo`` = 0), so
-  tasks, experts and collection are unchanged. On a CPU MJX is far slower than MuJoCo C
-  (experiments/benchmarks/libero_env_steps.py); agreement of the two: tests/test_libero_mjx.py;
-* ``"auto"``: MJX on a GPU/TPU, MuJoCo C on a CPU.
-
-Semantics:
-
-* action (7,) = tcp displacement (3), rotation (3), gripper (1) in [-1, 1], turned into joint and finger
-  servo targets by :func:`.model.delta_pose_control`; 20 MuJoCo steps of 2.5 ms per action (20 Hz);
-* reset: a task (uniform, or given) and a phrasing; the arm at its home posture plus U(±0.03 rad) per
-  joint; the basket at x ~ U[0.50, 0.62], y ~ U[0.20, 0.30], yaw ~ U[±0.25]; the three objects upright at
-  x ~ U[0.38, 0.62], y ~ U[-0.30, -0.02], yaw ~ U[±π/3], centres at least 0.13 apart (the first of
-  ``params.reset_tries`` = 256 candidate layouts that satisfies it; one candidate does with
-  probability ≈ 0.12, so all 256 fail with probability ≈ 1e-14). Layout ``HELD`` puts object a in the closed
-  gripper; ``IN_BASKET`` puts it in the middle of the basket. One environment step with the servos
-  holding settles the contacts; that state is the first observation;
-* observation = the 44-d state (:mod:`.tasks`) ⊕ the instruction embedding;
-* reward :func:`.tasks.reward`; success :func:`.tasks.success` (a terminal); 500 steps cap (a
-  truncation); no auto-reset: a finished row is frozen (not simulated) and gets reward 0.
+"""LIBERO-style tabletop as a batched, functional environment (Panda, three objects, a basket; BENCHMARK
+§2.4): state (44,), action (7,) in [-1, 1] (tcp displacement, rotation, gripper; :func:`.model.delta_pose_control`),
+obs (44+E,), 500 steps. Backends ``"mujoco"`` (MuJoCo C on host threads through ``pure_callback``, the state
+as float32 ``hi + lo`` of the float64 FULLPHYSICS vector), ``"mjx"`` (:mod:`.mjx_backend`, float32,
+``lo = 0``) and ``"auto"``. Reset: home posture plus noise, basket and objects at random (centres >= 0.13
+apart; :func:`sample_layout`), one settling step. Reward :func:`.tasks.reward`, success
+:func:`.tasks.success`. The reset distribution: docs/envs.md, "LIBERO".
 """
 
 from __future__ import annotations
@@ -111,7 +81,7 @@ def _yaw_quat(yaw: jax.Array) -> jax.Array:
 
 
 def sample_layout(key: jax.Array, goal: jax.Array, tries: int) -> tuple[jax.Array, jax.Array]:
-    """Initial ``qpos`` (37,) and ``ctrl`` (9,) of one episode (see the module docstring).
+    """Initial ``qpos`` (37,) and ``ctrl`` (9,) of one episode.
 
     Args:
       key: PRNG key.
@@ -158,17 +128,14 @@ def sample_layout(key: jax.Array, goal: jax.Array, tries: int) -> tuple[jax.Arra
 
 
 class Libero(TaskEnv, tasks=tasks, instructions=instr.__name__, make_params=make_params):
-    """LIBERO-style tabletop on MuJoCo C or MJX (see the module docstring). Stateless; the level lives in the params.
+    """LIBERO-style tabletop on MuJoCo C or MJX. Stateless; the level lives in the params; the predicates,
+    metadata and state vector (``vec``) come from :mod:`.tasks` (:class:`~imaginejax.envs.base.TaskEnv`).
 
     Args:
       backend: "auto" (MJX on a GPU/TPU, MuJoCo C on a CPU), "mujoco" (MuJoCo C on the host) or "mjx".
       nthread: MuJoCo C threads (default: all usable CPUs; unused by MJX).
     Raises:
       ValueError: an unknown backend (the valid ones are named) or ``nthread < 1``.
-
-    ``state_dim``, ``goal_dim``, ``levels``, ``success`` / ``reward`` / ``legal``, ``instructions(level)``,
-    ``default_params(level)`` and the state vector (the ``vec`` field) come from :mod:`.tasks`,
-    :mod:`.instructions` and :func:`make_params` (:class:`~imaginejax.envs.base.TaskEnv`).
     """
 
     task_salt = 0x11B3

@@ -1,27 +1,7 @@
 """Scripted grasp-and-place experts for every LIBERO-style task, in JAX, from the 44-d state and the episode's
-progress (first state, stage).
-
-One memoryless controller moves the current sub-goal's object (:func:`tasks.current_subgoal`) to a target
-point; its phase is read off the state:
-
-* **approach**: gripper open, hand pointing down and turned to a grasp (:func:`_grasp_choice`: square to the
-  faces of the can and the bottle, across the cheese box's short side, centred or shifted along its long axis,
-  whichever keeps the palm clear of the neighbours; the turn that keeps the last joint inside its limits);
-  rise first if low and off the object, then hover above it, then descend until the fingertips are at the
-  grasp point;
-* **close**: at the grasp pose, close the gripper until the fingers rest on the object, centred on it before
-  rising;
-* **carry**: holding it (near the fingertips, fingers closed on its width; the hand keeps its grasp angle
-  while rising), lift to a height that clears the
-  bottle and the basket walls, move over the target, descend, and open the gripper at the release height.
-
-Targets: reach — the object; pick — 0.1 above its resting height; basket — the object's slot in the basket
-(:func:`tasks.basket_slot`; carried with its long axis turned along the basket's, lowered onto the slot before
-the gripper opens, also when the task has already moved on to the next object); on b — the top of b; aside — the clearest of eight points 0.15 from the object's start; out of the basket — the
-clearest of five points 0.42 from the basket's start towards the robot's right. The empty hand travels at
-least :data:`TRANSIT_Z` high and carries at :data:`CARRY_SPEED` (faster lifts let objects slip). ``expert_action`` broadcasts
-over a batch (mixed tasks); ``expert_policy()`` has the ``policy(key, obs, state, params)`` signature of
-:func:`imaginejax.data.collect.collect`.
+progress: one memoryless controller moves the current sub-goal's object (:func:`tasks.current_subgoal`)
+to its target, its phase (approach, close, carry) read off the state. ``expert_action`` broadcasts over a
+batch of mixed tasks. The grasps, targets and heights: docs/envs.md, "LIBERO".
 """
 
 from __future__ import annotations
@@ -104,13 +84,10 @@ def _rect_gap(c1: jax.Array, h1: jax.Array, a1: jax.Array, c2: jax.Array, h2: ja
 
 def _grasp_choice(state: jax.Array, obj: jax.Array, hand_yaw: jax.Array, q7: jax.Array
                   ) -> tuple[jax.Array, jax.Array]:
-    """The grasp of object ``obj`` (...): hand yaw (...) and grasp point (..., 3).
-
-    Candidates: the two hand orientations (modulo π) square to the faces of the can and the bottle, the one
-    across the cheese box's short side with the grasp point at its centre or :data:`GRASP_SHIFT` along its long
-    axis. The palm (0.06 × 0.19) must clear, by :data:`PALM_GAP`, every neighbour taller than its underside at
-    the grasp (the other objects; the basket unless the object is in it); among those that do, the smallest
-    (joint-safe) turn of the hand, centred grasps first; if none does, the widest gap."""
+    """The grasp of object ``obj`` (...): hand yaw (...) and grasp point (..., 3): the candidate (square to the
+    can's and bottle's faces, across the cheese box centred or shifted by :data:`GRASP_SHIFT`) whose palm clears
+    every taller neighbour by :data:`PALM_GAP` with the smallest joint-safe turn, centred first; else the widest
+    gap."""
     center = object_pos(state, obj)
     obj_yaw = M.yaw_of(object_quat(state, obj))
     yaw_off = jnp.asarray(_GRASP_YAW, jnp.float32)      # (C,)

@@ -1,17 +1,6 @@
-"""Natural-language instructions for the LIBERO-style tasks, per level (all written for this project).
-
-Every task family has verb templates with an object slot ``{o}`` (and ``{p}`` for a second object); each
-object has four names, two used at the train level and two others at the rephrase level. Counts per task:
-
-* train: 10 templates × 2 object names × 2 framings (plain imperative, "Please …") = **40 phrasings**
-  (the BabyAI rule of BENCHMARK §2.3: 40 training phrasings per task template);
-* rephrase: 10 *other* templates × the 2 *other* object names × 1 framing ("Could you …?") = 20 (no string
-  is shared with train; BENCHMARK uses 10–40 rephrasings);
-* easy and hard: 10 templates × 2 names (× the second object's first name) × 1 framing = 20 per task
-  ("all in the basket", whose templates mostly name no object, has both framings: 22).
-
-Deterministic; the table order is the level's task order.
-"""
+"""Natural-language instructions for the LIBERO-style tasks, per level (written for this project): 40
+phrasings per train task, 20 (other templates and object names) per rephrase, easy and hard task;
+counts and framings: docs/envs.md."""
 
 from __future__ import annotations
 

@@ -1,28 +1,8 @@
-"""The MJX physics of the LIBERO-style tabletop: one env step of a batch in pure JAX (``jit``/``vmap``/``scan``).
-
-The model is the scene's one MJCF (:func:`.model.load_model`), the same that MuJoCo C steps on the host
-(:func:`imaginejax.envs.mujoco_host.HostStepper`), put on the device with ``mjx.put_model``. A row's state is
-the host's padded ``mjSTATE_FULLPHYSICS`` vector (time, qpos, qvel; the model has no act/history/plugin
-state) in float32, so :class:`.env.EnvState` keeps its fields and layouts on both backends (with MJX its
-``lo`` part is zero); its control is the 9-d servo-target vector.
-
-One step of a row (what ``HostStepper.step64`` does on MuJoCo C): ``FRAME_SKIP`` ``mjx.step`` calls with the
-controls held, from a zero solver warm start (the host's ``mujoco.rollout`` also starts every env step from
-``qacc_warmstart = 0``; within the step both carry the warm start from one MuJoCo step to the next).
-
-Agreement with MuJoCo C (tests/test_libero_mjx.py; same reset state, the expert's actions, pick-soup_can):
-
-* free motion and resting contacts: <= 5e-7 on the 44-d state over 7 env steps (float32 against float64);
-* from the grasp on: <= 1.1e-2 over 7 more steps (fingers 7.8e-3 m, the can's quaternion 1.1e-2). The cause
-  was isolated substep by substep: MuJoCo C's implicit-fast integrator leaves the velocity derivative of an
-  actuator whose force is clamped by ``forcerange`` out of the implicit step, MJX 4.0.0
-  (``derivative.deriv_smooth_vel``) keeps it (MuJoCo C's ``mjd_actuator_vel``: "skip if force is clamped by
-  forcerange"), so the fingers (70 N limit, ``dampratio`` 1) close at
-  slightly different speeds (1.6e-3 m apart after one 2.5 ms step). Moving the finger damping from the
-  actuator to the joint removes it (<= 1e-4 through the grasp) but lowered the experts' success on the
-  bottle tasks to 0.62, so the model keeps the actuator damping and the difference is documented.
-* The earlier 0.33 divergence was MJX's elliptic friction cone: it threw the grasped can (a finger past its
-  joint limit); the model now uses pyramidal cones (:mod:`.model`).
+"""The MJX physics of the LIBERO-style tabletop: one env step of a batch in pure JAX (``jit``/``vmap``/``scan``)
+on the host's MJCF (``mjx.put_model``): ``FRAME_SKIP`` ``mjx.step`` calls per row with the 9 servo targets
+held, from a zero warm start, on the float32 FULLPHYSICS vector (the host's layout, so
+:class:`.env.EnvState` is the same on both backends). Agreement with MuJoCo C and where it ends (the
+grasp): docs/envs.md, "LIBERO".
 """
 
 from __future__ import annotations
@@ -51,7 +31,7 @@ def physics_layout() -> tuple[dict[str, slice], int]:
 
 
 class MjxPhysics:
-    """The scene on MJX and its batched environment step (see the module docstring).
+    """The scene on MJX and its batched environment step.
 
     Attributes:
       model: the compiled ``MjModel`` (the host's MJCF).

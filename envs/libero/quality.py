@@ -57,15 +57,11 @@ def libero_violations(states: jax.Array) -> dict[str, jax.Array]:
 
 
 def project_libero(states: jax.Array) -> jax.Array:
-    """Projection of LIBERO states (..., 44) towards the legal set of :func:`~imaginejax.envs.libero.
-    tasks.legal`, field by field: arm joints clipped to their ranges; the end-effector pose replaced by
-    the forward kinematics of those joints (what the state defines it as, :func:`~imaginejax.envs.
-    libero.tasks.state_from_qpos`); finger slides clipped to [0, ``GRIPPER_OPEN``]; object and basket
-    positions clipped to the workspace; every quaternion normalised with w >= 0 (a zero one becomes the
-    identity). Legal states produced by the environment come back unchanged (to float32 round-off);
-    non-finite entries stay non-finite (the row is dropped by generation). The end-effector follows the
-    joints and is not clipped, so a state whose clipped joints put the hand outside the workspace stays
-    illegal."""
+    """Projection of LIBERO states (..., 44) towards the legal set of :func:`~imaginejax.envs.libero.tasks.legal`,
+    field by field: arm joints clipped; the end-effector pose set to the forward kinematics of those joints
+    (not clipped: the result can stay illegal); finger slides clipped to [0, ``GRIPPER_OPEN``]; object and
+    basket positions clipped to the workspace; quaternions normalised with w >= 0 (zero → identity). Legal
+    states come back unchanged (to round-off); non-finite entries stay non-finite."""
     dtype = states.dtype
     q = jnp.clip(states[..., 0:7], jnp.asarray(lm.JOINT_LOW, dtype), jnp.asarray(lm.JOINT_HIGH, dtype))
     fingers = jnp.clip(states[..., 14:16], 0.0, lm.GRIPPER_OPEN)
@@ -95,12 +91,10 @@ def _libero_step(progress: Any, prev: jax.Array, action: jax.Array, following: j
 
 @functools.lru_cache(maxsize=None)
 def libero_rules(max_steps: int) -> EpisodeRules:
-    """LIBERO's :class:`EpisodeRules`: the carry is :class:`~imaginejax.envs.libero.tasks.Progress`
-    (the episode's first state, for "move aside", and the sub-goal stage of "a then b" / "all in
-    basket"), updated from each new state by :func:`~imaginejax.envs.libero.tasks.update_progress`;
-    success is :func:`~imaginejax.envs.libero.tasks.success` with the updated progress and the reward
-    :func:`~imaginejax.envs.libero.tasks.reward` with the progress before and after the step — what
-    the environment's ``step_batch`` does. ``max_steps`` does not enter."""
+    """LIBERO's :class:`EpisodeRules`, as the environment's ``step_batch``: the carry is
+    :class:`~imaginejax.envs.libero.tasks.Progress` (first state, stage), updated from each new state;
+    success with the updated progress, reward with the progress before and after. ``max_steps`` does not
+    enter."""
     del max_steps
     return EpisodeRules(_libero_init, _libero_step)
 

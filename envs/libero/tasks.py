@@ -8,32 +8,16 @@ legality, as pure JAX functions that broadcast over leading batch dimensions ``.
     [16:23] soup can pos + quat   [23:30] cream cheese pos + quat   [30:37] salad dressing pos + quat
     [37:44] basket pos + quat (the basket's origin is the centre of its bottom, on the floor)
 
-**Goal vector** (int32, :data:`GOAL_DIM` = 5): ``[task id, kind, object a, object b, initial layout]`` with
-kinds :data:`KINDS` and layouts ``FLOOR`` (everything on the floor), ``HELD`` (object a starts in the closed
-gripper), ``IN_BASKET`` (object a starts inside the basket). Objects: 0 soup can, 1 cream cheese, 2 salad
-dressing.
-
-**Episode progress** (:class:`Progress`): the episode's first state (for "move aside") and a stage counter
-(for "a then b"), updated by :func:`update_progress` after every step.
-
-**Predicates** (BENCHMARK §2.4; the thresholds are the benchmark's, the marked refinements ours):
-
-* reach a: |a - eef| < 0.05; pick a: |a - eef| < 0.05 and a lifted more than :data:`LIFT` above its resting
-  height (how the object "also moved" is measured here);
-* a in the basket: xy distance to the basket < 0.14 and z distance < 0.155 (0.22 for the bottle); each object
-  has its own resting spot in the basket (:func:`basket_slot`, along the basket's long axis) that the experts
-  and the shaping aim at, so that all three fit;
-* a on b: xy distance < 0.10 and z distance < 0.22, and a's bottom at most 0.02 below b's top (ours: it
-  rests on b, not beside it), and a released (not :func:`grasped`; ours: placed, not hovering);
-* a aside: a's xy moved more than 0.07 from the episode's first state;
-* a out of the basket: xy distance to the basket > :data:`OUT_DISTANCE` (0.35, the low end of the benchmark's
-  0.35–0.45);
-* a then b into the basket: a entered the basket while b was not in it (stage 1), and both are in it now;
-  all three: every object in the basket.
-
-**Reward** (:func:`reward`): ``20·(d(prev) - d(next))`` for the current sub-goal's distance d (both evaluated
-for the sub-goal of ``prev``, so a finished sub-goal does not make d jump), ``+1`` when the sub-goal's object
-becomes grasped, ``+1`` when its placement predicate becomes true, ``+1`` on success.
+**Goal vector** (int32, :data:`GOAL_DIM` = 5): ``[task id, kind, object a, object b, initial layout]``
+(kinds :data:`KINDS`; layouts ``FLOOR``, ``HELD``, ``IN_BASKET``; objects 0 can, 1 cheese, 2 dressing).
+**Progress** (:class:`Progress`): the episode's first state and a stage counter, by :func:`update_progress`.
+**Predicates** (docs/envs.md, "LIBERO"): reach |a - eef| < 0.05; pick: also lifted > :data:`LIFT`; in
+the basket: xy < 0.14, z < 0.155 (bottle 0.22); on b: xy < 0.10, z < 0.22, a's bottom >= b's top - 0.02,
+released; aside: xy moved > 0.07; out of the basket: xy > :data:`OUT_DISTANCE`; a then b: a entered
+while b was out, then both in; all three in the basket.
+**Reward** (:func:`reward`): ``20·(d(prev) - d(next))`` for the current sub-goal's distance d (both for
+the sub-goal of ``prev``), ``+1`` when its object becomes grasped, ``+1`` when its placement holds,
+``+1`` on success.
 """
 
 from __future__ import annotations
@@ -335,14 +319,13 @@ def _placed(state: jax.Array, obj: jax.Array, sub: jax.Array, b: jax.Array, star
 
 def reward(prev: jax.Array, next_: jax.Array, goal: jax.Array, progress: Progress | None = None,
            next_progress: Progress | None = None) -> jax.Array:
-    """Shaped reward of a transition (see the module docstring).
+    """Shaped reward of a transition (the module docstring's formula).
 
     Args:
       prev, next_: (..., 44) states before and after the step.
       goal: (..., GOAL_DIM) int32.
-      progress: the episode's progress at ``prev`` (default, e.g. for generated data without an episode:
-        ``Progress.initial(prev)``, i.e. the episode starts at ``prev`` at stage 0); ``next_progress`` after
-        ``next_`` (default: updated here).
+      progress: the episode's progress at ``prev`` (default ``Progress.initial(prev)``: the episode starts at
+        ``prev``); ``next_progress`` after ``next_`` (default: updated here).
     Returns: (...) float32.
     """
     if progress is None:

@@ -1,45 +1,13 @@
-"""Meta-World (Sawyer, mocap hand) as a batched, functional environment on the MuJoCo C backend.
+"""Meta-World (Sawyer, mocap hand) as a batched, functional environment: state (91,), action (4,) in
+[-1, 1], obs (91+E,), 100 steps; backends ``"mujoco"`` (MuJoCo C on host threads through
+``pure_callback``, Meta-World's own models), ``"mjx"`` (:mod:`.mjx_backend` on :mod:`.mjx_model`'s
+models) and ``"auto"``.
 
-API (pure; ``params`` holds the level's task table)::
-
-    env, params = imaginejax.envs.make("metaworld", level)        # or make_params(level)
-    obs, state = env.reset(key, params)                           # obs (91+E,)
-    obs, state, reward, done, info = env.step(key, state, action, params)    # action (4,) in [-1, 1]
-    obs, state = env.reset_batch(keys, params)                    # batched kernels (the implementation)
-    obs, state, reward, done, info = env.step_batch(keys, states, actions, params)
-
-Physics. Each task compiles its Meta-World scene (:mod:`.scenes`). Two backends behind the same API
-(``MetaWorld(backend="auto" | "mujoco" | "mjx")``, as HalfCheetah; ``"auto"``: MJX on a GPU/TPU, MuJoCo C
-on a CPU):
-
-* ``"mujoco"``: MuJoCo C on the host advances all rows of a step in one batched call
-  (:mod:`imaginejax.envs.mujoco_host`), reached through ``jax.pure_callback`` so reset and step work under
-  ``jit``, ``vmap`` and ``lax.scan``, on Meta-World's own models. Rows of different tasks (different
-  scenes) mix freely in one batch: one compiled step serves every task of a level.
-* ``"mjx"``: reset and step are pure JAX (:mod:`.mjx_backend`, ``mujoco.mjx``) on the MJX-friendly models of
-  :mod:`.mjx_model` (cylinders as prisms, no margins, the floor and moving fixture parts × table
-  filtered; each substitution's measured effect is documented there). ``tasks=`` names the tasks whose models the step compiles in
-  (default all; a mixed batch evaluates every compiled model on every row under ``vmap``, so restrict it to
-  the level's or one task's on accelerators); rows of other tasks come back NaN. The reset runs
-  Meta-World's reset procedure (250 MuJoCo steps of hand settling plus the task's writes) in MJX too, with
-  the same physics kernel as the step (:meth:`.mjx_backend.MjxPhysics.reset`), so nothing leaves the
-  device. ``phys``/``ctrl`` of :class:`EnvState` are then float32 vectors (host layouts) instead of
-  float64 bit patterns. On a CPU MJX is far slower than MuJoCo C (experiments/benchmarks/metaworld_mjx.py).
-
-Semantics (Meta-World v3, BENCHMARK §2.2):
-
-* action = (Δx, Δy, Δz, gripper): the hand's mocap target moves by ``clip(Δ, -1, 1) / 100`` (clipped to
-  the task's mocap bounds), the two finger actuators get ``(g, -g)``; 5 MuJoCo steps of 2.5 ms per step;
-* reset draws the task (``reset_batch``) or takes it (``reset_to_task_batch``), a phrasing, and Meta-World's
-  random reset vector (object / goal / fixture positions, with its rejection rule) from the key, then runs
-  Meta-World's reset procedure on the host (:mod:`.host`);
-* observation = the 91-d entity-slot state (:mod:`.tasks`) ⊕ the instruction embedding. One slot the task
-  does not use (drawn per episode) holds a distractor: a pose drawn at reset (position uniform over the
-  table area, random unit quaternion) plus fresh Gaussian jitter of :data:`DISTRACTOR_JITTER` m each step;
-* reward = 10 on the step where Meta-World's success predicate first holds, otherwise the change of
-  Meta-World's dense reward over the step (the dense reward of the reset state is taken with a zero
-  action); the episode ends on success (a terminal) or after 100 steps (a truncation); no auto-reset:
-  a finished row stays frozen (and is not simulated) with reward 0.
+The action moves the hand's mocap target by ``clip(Δ, -1, 1) / 100`` (within the task's bounds) and sets
+the fingers to ``(g, -g)``, 5 MuJoCo steps of 2.5 ms; reset runs Meta-World's reset procedure from a random
+vector drawn from the key (:mod:`.host`); one unused entity slot holds a distractor (a pose drawn at
+reset plus ``DISTRACTOR_JITTER`` noise per step). Reward: 10 when success first holds, else the change of
+Meta-World's dense reward. Details: docs/envs.md, "Meta-World".
 """
 
 from __future__ import annotations
@@ -122,21 +90,17 @@ def _with_distractor(vec: jax.Array, slot: jax.Array, pose: jax.Array) -> jax.Ar
 
 
 class MetaWorld(TaskEnv, tasks=tasks, instructions=instr.__name__, make_params=make_params):
-    """Meta-World on MuJoCo C or MJX (see the module docstring). Stateless; the level lives in the params.
+    """Meta-World on MuJoCo C or MJX. Stateless; the level lives in the params; the predicates, metadata and
+    state vector (``vec``) come from :mod:`.tasks` (:class:`~imaginejax.envs.base.TaskEnv`).
 
     Args:
       nthread: MuJoCo C threads (default: all usable CPUs).
       backend: "auto" (MJX on an accelerator, MuJoCo C on a CPU), "mujoco" or "mjx".
       tasks: MJX only: names of the tasks whose models the step compiles in (default: all 22).
       mjx_chunk: MJX only: rows the physics kernel simulates together (:class:`.mjx_backend.MjxPhysics`
-        ``chunk``; None: the whole batch in one vmap). Default "auto": None on an accelerator, 4 on a CPU (where
-        vmapping MJX buys nothing and large vmaps run out of memory: measured in that docstring).
+        ``chunk``; None: the whole batch in one vmap). Default "auto": None on an accelerator, 4 on a CPU.
     Raises:
       ValueError: unknown backend or task name; ``tasks`` with the MuJoCo C backend.
-
-    ``state_dim``, ``goal_dim``, ``levels``, ``success`` / ``reward`` / ``legal``, ``instructions(level)``,
-    ``default_params(level)`` and the state vector (the ``vec`` field) come from :mod:`.tasks`,
-    :mod:`.instructions` and :func:`make_params` (:class:`~imaginejax.envs.base.TaskEnv`).
     """
 
     task_salt = 0x3E7A

@@ -1,22 +1,8 @@
-"""Scripted experts for every Meta-World task, in JAX, from the 91-d state alone.
-
-Each task's expert is a small state machine whose phase is read off the current state (no memory), built
-from five primitives:
-
-* **move** (``_act``): Δ = clip(gain · (waypoint - hand), -1, 1) (the action moves the hand's mocap by
-  Δ / 100);
-* **grasp** and **carry** (``_grasp_then``): come down over an object with the gripper open (straight down,
-  or along a cone that descends while closing in), close it once there, and carry the object to its goal
-  once the gripper has closed on it;
-* **press** (``_press_y``, ``_lock_turn``): align with a button / lever on two axes, then push along the third;
-* **pull** (``_pull_round``, ``_slide_x``): drag a handle round its hinge or along its rail.
-
-``expert_action(state, task)`` broadcasts over a batch; all tasks are computed and the row's own task is
-selected, so one compiled policy serves a whole level (mixed tasks per batch). ``expert_policy()`` wraps it
-in the ``policy(key, obs, state, params)`` signature of :func:`imaginejax.data.collect.collect`. The
-waypoints are ours; the task geometry they use (offsets of handles, buttons and levers from the observed
-positions) is that of Meta-World's scenes. Success rates (200 episodes per task, 100-step cap) are in
-tests/test_metaworld_expert.py's module docstring.
+"""Scripted experts for every Meta-World task, in JAX, from the 91-d state alone: memoryless state
+machines whose phase is read off the state, built from the primitives move (``_act``: Δ = clip(gain ·
+(waypoint - hand), -1, 1)), grasp and carry (``_grasp_then``), press (``_press_y``, ``_lock_turn``) and pull
+(``_pull_round``, ``_slide_x``). ``expert_action(state, task)`` computes every task's action and selects
+the row's own, so one compiled policy serves a mixed batch. Design and success rates: docs/envs.md.
 """
 
 from __future__ import annotations
@@ -235,11 +221,8 @@ def _pull_round(hand: jax.Array, hinge: jax.Array, radius: float | jax.Array, z:
 
 def _door_open(s: jax.Array) -> jax.Array:
     """Put the closed gripper between the handle's bar and the door, just outside the bar's stem (0.36 from
-    the hinge: close enough that the hand stays inside its y bound when the door is open 80°), then push
-    the bar round the hinge along the clockwise tangent, holding that radius.
-
-    Positions are worked out in the door's frame (origin at the hinge, x along the closed door), whose
-    angle is read from the handle's position.
+    the hinge, so the hand stays inside its y bound at 80° open), then push the bar round the hinge along the
+    clockwise tangent at that radius; worked out in the door's frame (its angle from the handle's position).
     """
     hand = s[..., 0:3]
     handle = slot_of(s, "handle")[..., 0:3]
@@ -334,14 +317,9 @@ def _make_coffee(s: jax.Array) -> jax.Array:
 
 
 def _locked_door_open(s: jax.Array) -> jax.Array:
-    """Unlock (door-unlock's motion on the lock slot); the hand then sits under the turned lever, which it
-    catches with its wrist, and pulled round the hinge at about the lever's radius it drags the door open;
-    more than 13 cm from the lever's tip it falls back to door-open's motion on the handle.
-
-    Needs a locked door that can swing open: with Meta-World's own lockable-door panel the door meets the
-    safe's wall at ~0.62 rad, short of the ~1.38 rad the predicate needs (0 %); scenes.py gives the panel
-    doorlockB's size (tests/test_metaworld_expert.py::test_locked_door_swings_open), and this expert then
-    succeeds in 99 % of 200 episodes."""
+    """Unlock (door-unlock's motion on the lock slot), then drag the door open by the turned lever caught
+    with the wrist, pulled round the hinge at about the lever's radius; more than 13 cm from the lever's tip,
+    door-open's motion on the handle."""
     hand = s[..., 0:3]
     lock = slot_of(s, "lock")[..., 0:3]
     hinge = s[..., 4:7] + _v(*_HINGE_FROM_GOAL)
@@ -370,13 +348,10 @@ def _hammer(s: jax.Array) -> jax.Array:
 
 
 def _soccer(s: jax.Array) -> jax.Array:
-    """Grasp the ball and carry it onto the goal's axis 18 cm in front of the goal (pushing a sphere with
-    the fingers moves it along the pushing face's normal, not along the push, so the ball is lined up by
-    carrying it), let go, rise over it, get behind it, and push it straight in with the flat front face of
-    the closed fingers; it rolls on into the goal (the hand cannot follow: its wrist meets the goal's roof).
-
-    Phases are read off the state: the ball counts as lined up when it is held within 1 cm of the spot, or
-    lies free within 4 cm of the goal's axis less than 24 cm in front of the goal.
+    """Carry the ball onto the goal's axis 18 cm in front of the goal (a sphere pushed by the fingers moves
+    along the face's normal, so it is lined up by carrying), let go, get behind it and push it in with the
+    closed fingers' flat face. Lined up: held within 1 cm of the spot, or free within 4 cm of the axis less
+    than 24 cm in front of the goal.
     """
     hand, opening = s[..., 0:3], s[..., 3]
     ball = slot_of(s, "soccer")[..., 0:3]

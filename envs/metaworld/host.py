@@ -1,20 +1,8 @@
 """Host side of the Meta-World MuJoCo C backend: the compiled task models, the batched stepper and the
-reset procedure (replicating Meta-World's, step for step).
-
-Meta-World's reset of a task (``MujocoEnv.reset`` → ``SawyerXYZEnv.reset_model`` of the task):
-
-1. ``mj_resetData`` (default state; mocap bodies at their model poses);
-2. the task's fixtures (button box, door, window, faucet base, coffee machine) are placed from the random
-   vector (Meta-World writes ``model.body(...).pos``; here they are mocap bodies, see :mod:`.scenes`);
-3. ``_reset_hand``: 50 environment steps (250 MuJoCo steps) with the hand's mocap at ``hand_init`` and
-   the gripper control ``(-1, 1)``; ``init_tcp`` is read right after, *without* a new ``mj_forward``, so it is
-   the tcp of the state one MuJoCo step before the end (reproduced with ``sensors_before_last``);
-4. task-specific writes of ``qpos`` / ``qvel`` (object positions, joint angles) followed by ``mj_forward``,
-   and the task's constants (target, initial object position, ...), read at the same moments as
-   Meta-World reads them.
-
-The random vector (Meta-World's ``_random_reset_space`` sample) is drawn in JAX from an explicit key by
-the environment and handed over; everything here is deterministic given it.
+reset procedure, replicating Meta-World's step for step: ``mj_resetData``; the fixtures placed from the
+random vector (as mocap bodies); ``_reset_hand`` (250 MuJoCo steps with the hand's mocap at ``hand_init``,
+``init_tcp`` read one step stale); the task's qpos/qvel writes and constants. Deterministic given the
+random vector, which the environment draws in JAX (docs/envs.md, "Meta-World").
 """
 
 from __future__ import annotations
@@ -133,8 +121,7 @@ class MetaWorldHost:
     # ------------------------------------------------------------------ reset
     def reset_settle64(self, task: np.ndarray, rand: np.ndarray
                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Steps 1-3 of Meta-World's reset (see the module docstring): the hand settled, before the task's
-        writes.
+        """The reset up to the task's writes: the hand settled.
 
         Args:
           task: (N,) int task ids; rand: (N, RAND_DIM) random vectors.
@@ -169,7 +156,7 @@ class MetaWorldHost:
         return state, control, stale, stale_end
 
     def reset64(self, task: np.ndarray, rand: np.ndarray) -> dict[str, np.ndarray]:
-        """Meta-World's reset of each row (see the module docstring).
+        """Meta-World's reset of each row.
 
         Args:
           task: (N,) int task ids.

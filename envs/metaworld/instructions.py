@@ -1,9 +1,5 @@
-"""Natural-language instructions for the Meta-World tasks, per level (all written for this project).
-
-Each training task has ten core phrases for the train level and ten different ones for the rephrase
-level; each easy and hard task has ten core phrases of its own; each core phrase appears in two framings (a plain imperative and a request), giving 20 phrasings per task and
-level (BENCHMARK §2.2). No string is shared between train and rephrase. Deterministic.
-"""
+"""Natural-language instructions for the Meta-World tasks, per level (written for this project): ten core
+phrases per task and level, each in two framings, 20 phrasings; train and rephrase share no string."""
 
 from __future__ import annotations
 

@@ -1,47 +1,13 @@
 """The MJX physics of Meta-World: the environment step *and* the reset of a batch in pure JAX
-(``jit``/``vmap``/``scan``).
+(``jit``/``vmap``/``scan``), on :mod:`.mjx_model`'s models with the host's state and control layouts in
+float32.
 
-The models are the MJX-friendly ones (:mod:`.mjx_model`), the same the MuJoCo C host compiles with
-``mjx_friendly=True`` (:func:`.host.get_host`), so state and control vectors have the host's layouts
-(:func:`imaginejax.envs.mujoco_host.state_layout`), here in float32: a row's state is its padded
-``mjSTATE_FULLPHYSICS`` vector (time, qpos, qvel) and its control vector is
-``[ctrl | eq_active | mocap_pos | mocap_quat]``, padded.
-
-The physics kernel (:meth:`MjxPhysics.advance`): ``n`` ``mjx.step`` calls of each row with its controls held,
-from a zero solver warm start (as the host's ``mujoco.rollout``), ``n`` a traced scalar. It returns the state
-after the steps, the :data:`.scenes.SENSOR_DIM` observables of that state (``mjx.kinematics`` +
-``mjx.sensor_pos``: position sensors only) and the sensor values MuJoCo leaves in ``MjData`` after the last
-step (its forward pass ran on the state *before* that step: Meta-World's "stale" reads). The step and the
-reset both run through it, so a jitted kernel compiled for one serves the other (:attr:`MjxPhysics.kernel`).
-
-One step of a row (what :meth:`.host.MetaWorldHost.step64` does on MuJoCo C):
-
-1. Meta-World's control of the action (:func:`controls`): the hand's mocap target moves by
-   ``clip(a[:3], -1, 1) · 0.01`` inside the task's bounds, the mocap quaternion is (1, 0, 1, 0), the
-   fingers get ``(a[3], -a[3])``, and the locked door's latch is released for good once the lock has turned;
-2. the kernel with ``n = FRAME_SKIP``; the observables of the final state.
-
-The reset of a row (what :meth:`.host.MetaWorldHost.reset64` does on MuJoCo C, step for step):
-
-1. ``mj_resetData`` (``mjx.make_data``: qpos0, mocap bodies at their model poses), the task's fixtures
-   placed through their mocaps (:func:`.host._fixture_positions`, the same function), the hand's mocap at
-   ``hand_init`` with quaternion (1, 0, 1, 0), gripper control (-1, 1);
-2. the kernel with ``n = RESET_STEPS`` (Meta-World's ``_reset_hand``): the stale sensors give ``init_tcp``
-   and the pads; door-lock runs :data:`.host.EXTRA_RESET_STEPS` more (its stale observation is read there);
-3. the task's ``qpos``/``qvel`` writes and constant reads (:data:`TASK_RESETS`, one entry per task, read on
-   ``mjx.kinematics`` of the written state where Meta-World reads after ``mj_forward``); the first
-   observation is the stale one for :data:`.host.STALE_RESET_OBSERVATION`, else the written state's.
-
-Agreement with MuJoCo C on the same models (tests/test_metaworld_mjx.py; float32 against float64): the
-reset state, constants and first observation after the 250 settling steps, and short step sequences on scenes
-that together hold every contact kind of the 22; per task, the parity table of
-``experiments/benchmarks/metaworld_mjx.py parity`` (README).
-
-Rows of different tasks. Each task has its own model; a batch may mix tasks, so a row selects its model
-with ``lax.switch`` — which, under ``vmap``, evaluates *every* model on every row and keeps the row's own.
-The cost of a step therefore grows with the number of models compiled in, which is why
-:class:`MjxPhysics` takes the tasks it serves (one task: no switch at all); a row of any other task comes
-back as NaN (flagged by ``tasks.legal``).
+The kernel (:meth:`MjxPhysics.advance`) runs ``n`` ``mjx.step`` calls per row with its controls held from a
+zero warm start and returns the final state, its observables and the stale sensors of the state before
+the last step. A step is :func:`controls` then the kernel with ``n = FRAME_SKIP``; a reset is the host's
+procedure (``mjx.make_data``, fixtures, ``RESET_STEPS`` of settling, :data:`TASK_RESETS`). A row picks its
+task's model with ``lax.switch``, which under ``vmap`` evaluates every compiled model, so
+:class:`MjxPhysics` takes the tasks it serves. Agreement with MuJoCo C and speed: docs/metaworld_mjx.md.
 """
 
 from __future__ import annotations
@@ -242,21 +208,16 @@ class Advance(NamedTuple):
 
 
 class MjxPhysics:
-    """MJX models of some tasks, their batched step and reset (see the module docstring).
+    """MJX models of some tasks, their batched step and reset.
 
     Args:
       host: the :class:`.host.MetaWorldHost` on the MJX-friendly models (``get_host(mjx_friendly=True)``):
         its models, padded widths and control columns are used.
       tasks: names of the tasks whose models this physics compiles in (default: all).
-      dtype: float32 (the environment's), or float64 with ``jax_enable_x64`` (diagnostics: it tells float32
-        rounding from algorithmic differences against MuJoCo C).
-      chunk: rows simulated together by the physics kernel: a batch of B rows runs as ``ceil(B / chunk)``
-        vmapped chunks one after another (``lax.map(..., batch_size=chunk)``); None: all rows in one vmap (an
-        accelerator's choice). Results do not depend on it (tested); memory and speed do. On a CPU vmapping
-        buys nothing and large vmaps thrash: reach on this 2-core machine (2026-11-22, load ≈ 1), env steps/s
-        (peak resident memory): 1 row 2.81 (2.8 GB), 16 rows in one vmap 2.28 (3.4 GB), 64 rows in one vmap
-        0.94 (4.2 GB, at load ≈ 3), 64 rows in chunks of 16 2.32 (3.4 GB), in chunks of 4 2.60 (3.2 GB); 256
-        rows in one vmap were killed at 6.9 GB. On a CPU use a chunk of 1–4.
+      dtype: float32 (the environment's), or float64 with ``jax_enable_x64`` (diagnostics).
+      chunk: rows simulated together: a batch runs as ``ceil(B / chunk)`` vmapped chunks one after another;
+        None: all rows in one vmap (accelerators). Results do not depend on it; on a CPU use 1–4
+        (docs/metaworld_mjx.md).
     Attributes:
       kernel: ``jax.jit(advance)``: eager callers (the reset's settling, the step, tests) share its compiled
         program per batch size; inside an outer ``jit`` it is inlined.
@@ -320,14 +281,9 @@ class MjxPhysics:
         """The ``mjx.Model`` of model ``branch`` for a row with control vector ``ctrl`` (C,): each mocap body's
         ``body_pos``/``body_quat`` set to the row's mocap pose.
 
-        Why: ``mjx.kinematics`` (mujoco-mjx 3.17) computes the whole body tree from ``body_pos``/``body_quat``
-        and only then overwrites the mocap bodies' own poses with ``mocap_pos``/``mocap_quat``, so the
-        *descendants* of a mocap body stay where the model file put it. Meta-World places every fixture (door,
-        button box, window, faucet, coffee machine, goal) by a mocap body with the fixture's parts as children;
-        without this, MJX simulated every fixture at its file position instead of the episode's (found
-        2026-11-22: door-open's handle 6.9 cm off MuJoCo C's). MuJoCo C, and MuJoCo Warp since
-        google-deepmind/mujoco_warp#858, start the tree from the mocap pose; writing the pose into the model
-        gives MJX the same kinematics (a mocap body has no joint, so nothing else reads those two fields).
+        Why: ``mjx.kinematics`` builds the body tree from ``body_pos``/``body_quat`` before it applies the mocap
+        poses, so a mocap body's descendants (every Meta-World fixture's parts) would stay at their file
+        positions; MuJoCo C starts the tree from the mocap pose (docs/metaworld_mjx.md).
         """
         m, mx = self.models[branch], self.mjx_models[branch]
         if m.nmocap == 0:
@@ -394,7 +350,7 @@ class MjxPhysics:
         return self._phys_vector(branch, data, phys), self._sensors(mx, data), stale
 
     def advance(self, phys: jax.Array, ctrl: jax.Array, task: jax.Array, nsteps: jax.Array | int) -> Advance:
-        """``nsteps`` MuJoCo steps of every row with its controls held (see the module docstring).
+        """``nsteps`` MuJoCo steps of every row with its controls held.
 
         Args:
           phys: (B, S) float32 state vectors; ctrl: (B, C) float32 control vectors (host layouts).
@@ -482,7 +438,7 @@ class MjxPhysics:
         return self._phys_vector(branch, data, phys), consts, sensors
 
     def reset(self, task: jax.Array, rand: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
-        """Meta-World's reset of each row in JAX (see the module docstring; :meth:`.host.MetaWorldHost.reset64`).
+        """Meta-World's reset of each row in JAX (:meth:`.host.MetaWorldHost.reset64`).
 
         Args:
           task: (B,) int task ids; rand: (B, RAND_DIM) random reset vectors.

@@ -1,52 +1,11 @@
 """MJX-friendly Meta-World models: the substitutions that make ``mjx.put_model`` accept every scene.
 
-``mujoco-mjx`` (3.17) refuses most Meta-World scenes (ARCHITECTURE.md, "Measured"): it has no
-cylinder–box or cylinder–mesh collision, and no margin/gap for pairs that involve a mesh. It also checks
-every candidate geom pair at every step (its contact list is static), so each pair that can never touch
-costs time. :func:`mjx_friendly` turns a scene's :class:`mujoco.MjSpec` into a model MJX accepts, with
-these substitutions (their effect measured against the original on MuJoCo C by
-``experiments/benchmarks/metaworld_mjx.py effect``; numbers below):
-
-1. **Colliding cylinders become convex prisms** (:data:`CYLINDER_SIDES`-gon meshes with the cylinder's
-   radius at the vertices and its full height). MJX collides convex meshes with every other geom type
-   (``convex_convex``/``plane_convex``/``capsule_convex``/``sphere_convex``); a capsule would round the
-   flat ends objects stand on (a puck or mug would tip), and a box would add corners at 0.41 r. The
-   prism's vertices lie on the cylinder, its flat faces cut the circle at most ``r (1 - cos(π/n))``
-   (1.9 % of r for n = 16; 0.4 mm for the 2 cm puck). Visual-only cylinders are left alone.
-2. **The body's inertia is kept.** Replacing a geom would change the mass and inertia MuJoCo derives
-   from geoms; every body whose geoms changed gets the original compiled mass, centre of mass and
-   principal inertia as an explicit inertial, so the dynamics differ only by contact geometry.
-3. **No contact margins.** The fingers' claw and pad boxes have ``margin = 0.001`` (contacts become
-   active 1 mm before touch); MJX cannot apply a margin to a pair that includes a mesh (now also every
-   former cylinder), so all colliding geoms get ``margin = gap = 0``: contacts activate at touch.
-4. **Contact filtering to the pairs that matter.** MJX checks every candidate pair at every step, so
-   pairs that cannot matter are dropped with ``contype``/``conaffinity`` bits. Each body is in one class
-   (:func:`body_classes`): *active* (the gripper, i.e. the subtree of the arm's ``right_hand``: hand, claws,
-   pads; and free objects: puck, mug, hammer, ball), *jointed* (fixture parts on a hinge or slide: button,
-   door, lock, window pane, handles, nail), *static* (a fixture's fixed parts: frames, boxes, the coffee
-   machine, the hammer block, the goal), *table* (the table, its retaining walls and the floor). Kept:
-   active × everything, jointed × jointed, jointed × static (a door resting on its frame, the button in
-   its box: ``door-close`` starts with the door touching its frame). Dropped: the floor plane (0.9 m below
-   the table top, under the table and its walls: nothing that moves reaches it) and jointed × table (a
-   fixture's moving part against the table or walls). Static × static and static × table pairs are never
-   checked by MuJoCo either (one weld body, or the fixture's explicit excludes of :mod:`.scenes`).
-
-Measured effect (``metaworld_mjx.py effect --episodes 2``, MuJoCo C, expert closed loop on the original
-model, its actions replayed open loop on the transformed one from the same reset vector; largest
-Euclidean difference over the 2 episodes, metres; 22 tasks). Hand: at most 1e-5 at step 10 for every task; at
-most over 100 steps below 1 mm for 17 tasks, 1–2 mm for coffee-push, faucet-close, make-coffee, and 8.5–8.7 mm
-for door-open and door-lock. Object / fixture observable: below 3 mm for 18 tasks, 6.8 mm hammer (4.9 mm
-already at step 10: the hammer's cylinders, now prisms, settle on the table differently), 7.3 mm
-door-open, 11.7 mm door-lock, 18.9 mm make-coffee (the mug's prisms). The expert's closed-loop success is
-the same on both models for every task (1/1 except soccer and locked-door-open, 0 on both). An earlier
-filter that also dropped jointed × static pairs moved door-close's door by 9.6 cm within 10 steps (the
-door rests on its frame) and halved its success: hence rule 4 keeps those pairs. Candidate pairs
-(original → transformed): reach 45 → 39, button-press 99 → 76, door-open 139 → 104, window-open
-331 → 260, hammer 186 → 163, locked-door-open 171 → 124.
-
-The transform never changes the kinematic tree, joints, actuators, equality constraints, sensors, mocap
-bodies or solver options, so state and control vectors (:mod:`imaginejax.envs.mujoco_host` layouts) of
-the original and the transformed model have the same meaning, element for element.
+``mujoco-mjx`` has no cylinder–box or cylinder–mesh collision and no margin for pairs with a mesh, and
+checks every candidate pair each step. :func:`mjx_friendly` therefore (1) turns colliding cylinders into
+:data:`CYLINDER_SIDES`-gon prisms, (2) keeps each changed body's compiled inertia, (3) sets margins and
+gaps to 0, (4) filters contacts by body class (:func:`body_classes`): active × all, jointed × jointed,
+jointed × static; not the floor, not jointed × table. State and control layouts stay the original's.
+Why these, and their measured effect: docs/metaworld_mjx.md.
 """
 
 from __future__ import annotations
@@ -103,8 +62,8 @@ def mjx_friendly(spec: mujoco.MjSpec, *, sides: int = CYLINDER_SIDES) -> tuple[m
       spec: a Meta-World scene spec (as :func:`.scenes.build_model` prepares it: fixtures, sensors).
       sides: polygon sides of the prisms that replace cylinders (>= 6).
     Returns:
-      The compiled model and the :class:`Substitutions` made (see the module docstring). Mocap welds still
-      need :func:`.scenes.reset_mocap_welds`, as for the original model.
+      The compiled model and the :class:`Substitutions` made. Mocap welds still need
+      :func:`.scenes.reset_mocap_welds`, as for the original model.
     Raises:
       ValueError: ``sides`` < 6, or a scene feature the transform does not know (a cylinder ``fromto``, a
         cylinder in an unnamed body).
@@ -164,7 +123,7 @@ def mjx_friendly(spec: mujoco.MjSpec, *, sides: int = CYLINDER_SIDES) -> tuple[m
 
 
 # Class of a body for the contact filter, and the (contype, conaffinity) bits of its geoms: a pair is
-# checked iff (contype1 & conaffinity2) | (contype2 & conaffinity1) != 0 (see the module docstring, 4.).
+# checked iff (contype1 & conaffinity2) | (contype2 & conaffinity1) != 0 (module docstring, (4)).
 ACTIVE, JOINTED, STATIC, TABLE = "active", "jointed", "static", "table"
 TABLE_BODIES: Final[frozenset[str]] = frozenset({"world", "tablelink", "RetainingWall"})
 _BITS: Final[dict[str, tuple[int, int]]] = {ACTIVE: (1, 1 | 2 | 4 | 8), JOINTED: (2, 1 | 2 | 4), STATIC: (0, 1 | 2),

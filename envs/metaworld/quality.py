@@ -49,13 +49,11 @@ def metaworld_violations(states: jax.Array) -> dict[str, jax.Array]:
 
 
 def project_metaworld(states: jax.Array) -> jax.Array:
-    """Projection of Meta-World states (..., 91) onto the legal set of :func:`~imaginejax.envs.
-    metaworld.tasks.legal`: the hand clipped to the workspace and the gripper opening to [0, 1]; an
-    entity slot whose quaternion has norm below 0.5 is empty and set to zeros (a filled slot always
-    holds a unit quaternion, an empty one only zeros: a generated state's small values in an empty
-    slot otherwise make it "filled" with an implausible pose outside the workspace); a filled slot's
-    position clipped to the workspace and its quaternion normalised. The goal (entries 4:7) is kept.
-    Legal states come back unchanged (to round-off); non-finite entries stay non-finite."""
+    """Projection of Meta-World states (..., 91) onto the legal set of :func:`~imaginejax.envs.metaworld.
+    tasks.legal`: the hand clipped to the workspace and the gripper opening to [0, 1]; an entity slot whose
+    quaternion has norm below 0.5 is empty and set to zeros; a filled slot's position clipped to the
+    workspace and its quaternion normalised; the goal (4:7) kept. Legal states come back unchanged (to
+    round-off); non-finite entries stay non-finite."""
     dtype = states.dtype
     low, high = jnp.asarray(mt.WORKSPACE_LOW, dtype), jnp.asarray(mt.WORKSPACE_HIGH, dtype)
     hand = jnp.clip(states[..., 0:3], low, high)
@@ -88,11 +86,9 @@ def _metaworld_step(first: jax.Array, prev: jax.Array, action: jax.Array, follow
 
 @functools.lru_cache(maxsize=None)
 def metaworld_rules(max_steps: int) -> EpisodeRules:
-    """Meta-World's :class:`EpisodeRules`: the carry is the episode's first state ``s0`` (the dense
-    rewards' per-episode constants are rebuilt from it, :func:`~imaginejax.envs.metaworld.tasks.
-    extras_from_state`); success is :func:`~imaginejax.envs.metaworld.tasks.success` on the new
-    state and the reward :func:`~imaginejax.envs.metaworld.tasks.reward` (10 on success, else the
-    change of the dense reward). ``max_steps`` does not enter."""
+    """Meta-World's :class:`EpisodeRules`: the carry is the episode's first state ``s0`` (the dense rewards'
+    constants are rebuilt from it); success :func:`~imaginejax.envs.metaworld.tasks.success` on the new
+    state, reward :func:`~imaginejax.envs.metaworld.tasks.reward`. ``max_steps`` does not enter."""
     del max_steps
     return EpisodeRules(_metaworld_init, _metaworld_step)
 

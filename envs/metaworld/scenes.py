@@ -1,25 +1,10 @@
-"""Meta-World scenes: the Sawyer MJCF files of the installed ``metaworld`` package, compiled per task.
+"""Meta-World scenes: the Sawyer MJCF files of the installed ``metaworld`` package, compiled per task (the
+benchmark's own models; nothing is copied), with two edits through ``mujoco.MjSpec``: the fixtures
+Meta-World moves at reset become mocap bodies (their pose per-row control, so one model serves a batch;
+dynamics unchanged), and sensors for every observable. Why: docs/envs.md, "Meta-World".
 
-Why the models come from the package at run time: the benchmark is defined on Meta-World's own scenes
-(BENCHMARK §2.2), and compiling the very files Meta-World compiles is the only way to be sure that every
-mass, gain, solver option and mesh is identical. Nothing of the package is copied into this repository;
-``imaginejax setup-weights`` installs the package that provides the files (``metaworld==3.1.1`` with
-``--no-deps``: its Python code is not imported, and it pins an older MuJoCo).
-
-Each task compiles its scene file with two programmatic edits made through ``mujoco.MjSpec`` (the file is
-not changed):
-
-* **Randomised fixtures become mocap bodies.** Meta-World moves fixed bodies (the button box, the door,
-  the window, the faucet base, the coffee machine) by writing ``model.body(...).pos`` at every reset,
-  which would need one model per environment. A body without joints that is a child of the world is
-  static either way; marking it ``mocap`` turns its pose into per-row *control* (MuJoCo's mocap pose),
-  so one model serves a whole batch. The dynamics are unchanged (checked bit for bit against the
-  unedited model by tests/test_metaworld_env.py).
-* **Sensors for the observables.** Position and orientation sensors for everything the observation, the
-  success predicate and the dense reward read (hand, fingers, pads, the task's objects and joints), so
-  that one batched ``mujoco.rollout`` call returns them (see :mod:`imaginejax.envs.mujoco_host`).
-
-Sensor layout (:data:`SENSOR_DIM` = 39 values per row, the same for every task)::
+Sensor layout (:data:`SENSOR_DIM` = 39 values per row, the same for every task; unused entries read the
+hand's frame)::
 
     0:3 hand (body "hand" frame)      3:6 right claw     6:9 left claw          (bodies' frames)
     9:12 right end-effector site      12:15 left end-effector site              (tcp = their mean)
@@ -27,8 +12,6 @@ Sensor layout (:data:`SENSOR_DIM` = 39 values per row, the same for every task):
     21:24 object position            24:28 object quaternion (w, x, y, z)
     28:31 second object position     31:35 second object quaternion
     35 joint position (door angle, nail slide, ...)       36:39 a third position (task-specific)
-
-An unused entry reads a harmless stand-in (the hand's frame) that nothing downstream uses.
 """
 
 from __future__ import annotations
@@ -87,7 +70,7 @@ class SceneSpec:
 
 
 def sensor_slices() -> dict[str, slice]:
-    """Named slices of the :data:`SENSOR_DIM` sensor vector (see the module docstring)."""
+    """Named slices of the :data:`SENSOR_DIM` sensor vector (the module docstring's layout)."""
     return {"hand": slice(0, 3), "rclaw": slice(3, 6), "lclaw": slice(6, 9), "ree": slice(9, 12),
             "lee": slice(12, 15), "lpad": slice(15, 18), "rpad": slice(18, 21), "obj": slice(21, 24),
             "obj_quat": slice(24, 28), "obj2": slice(28, 31), "obj2_quat": slice(31, 35), "joint": slice(35, 36),
@@ -198,14 +181,10 @@ def _skipped_pairs(model: mujoco.MjModel) -> np.ndarray:
 
 
 def _keep_contact_filter(spec: mujoco.MjSpec, original: mujoco.MjModel) -> None:
-    """Makes the mocap-fixture model collide exactly the body pairs the original model collides.
-
-    A fixed body is welded to the world (weld id 0); as a mocap body it is its own weld body. That changes
-    MuJoCo's implicit filtering twice: the fixture would start colliding with the world's static geoms,
-    and parent filtering would start hiding contacts between the fixture and its jointed children (the
-    button in its box, the door on its frame), which the world-welded original keeps. So parent filtering
-    is switched off and every pair the original filtered implicitly, and the new model would not, becomes
-    an explicit ``<exclude>``; no pair is ever added, and the contact list keeps its order.
+    """Makes the mocap-fixture model collide exactly the body pairs the original model collides: as its own
+    weld body a fixture would collide with the world's static geoms, and parent filtering would hide its
+    jointed children's contacts; so parent filtering is off and every pair the original filtered implicitly
+    becomes an explicit ``<exclude>`` (no pair added, contact order kept).
     """
     was = _skipped_pairs(original)
     spec.option.disableflags |= int(mujoco.mjtDisableBit.mjDSBL_FILTERPARENT)
@@ -235,7 +214,7 @@ def build_model(scene: SceneSpec, *, with_sensors: bool = True, fixtures_as_moca
 
     Args:
       scene: the task's :class:`SceneSpec`.
-      with_sensors: add the :data:`SENSOR_DIM` observables (see the module docstring).
+      with_sensors: add the :data:`SENSOR_DIM` observables (the module docstring's layout).
       fixtures_as_mocap: turn ``scene.fixtures`` into mocap bodies (False gives Meta-World's own model,
         used by the tests to check that the edit leaves the dynamics unchanged).
       mjx_friendly: apply :func:`.mjx_model.mjx_friendly` (the substitutions MJX needs) before compiling;

@@ -1,34 +1,17 @@
 """Meta-World tasks: the task table, the 91-d entity-slot state, and Meta-World's success predicates and
-dense rewards as pure JAX functions.
+dense rewards as pure JAX functions broadcasting over leading dims.
 
-Everything here is plain JAX that broadcasts over leading batch dimensions ``...``.
-
-**State vector** (:data:`STATE_DIM` = 91, BENCHMARK §2.2)::
+State (:data:`STATE_DIM` = 91)::
 
     [0:3]  hand position (Meta-World's ``body("hand").xpos``, clipped to its hand space)
     [3]    gripper opening: |right claw - left claw| / 0.1 clipped to [0, 1]
     [4:7]  target location
-    [7 + 7k : 14 + 7k]  entity slot k = position (3) + quaternion (w, x, y, z) for k in :data:`ENTITIES`:
-           target object, button, lock, handle, window, faucet, wall, coffee (the mug), coffee button,
-           hammer, nail, soccer ball
+    [7 + 7k : 14 + 7k]  entity slot k = position (3) + quaternion (w, x, y, z) for k in :data:`ENTITIES`
 
-Only the task's entities are filled (positions exactly as Meta-World observes them, quaternions in MuJoCo's
-(w, x, y, z) convention for all of them, unlike Meta-World's mix of scipy (x, y, z, w) and MuJoCo order);
-one other slot per episode holds a distractor (see :mod:`imaginejax.envs.metaworld.env`); the rest is 0.
-
-**Goal vector** (int32, :data:`GOAL_DIM` = 2): ``[task id, position of the task in its level]`` — the task
-id indexes :data:`TASKS`; the goal position itself lives in the state (target location), drawn per episode.
-
-**Quantities Meta-World's rewards need that the 91-d state does not hold** are carried in the
-environment state (:class:`Extras`): the tool-centre point (mean of the two finger sites; it differs from
-the hand position by a pose-dependent offset), the two finger-pad centres of mass (the caging rewards),
-the task's joint position (the door angle), and per-episode constants fixed at reset (:data:`CONST_DIM`
-= 18: target, the object's initial position, the tcp and pads at reset, and one task-specific vector).
-:func:`dense_reward` takes them explicitly; :func:`extras_from_state` rebuilds approximations from a 91-d
-vector alone (for generated states: tcp = hand + a fixed offset, pads from the gripper opening), which is
-what :func:`reward` on state vectors uses.
-
-Success predicates (:func:`success_from`) need only the 91-d state except where noted in the table.
+Only the task's slots and one distractor slot are filled, the rest is 0. Goal (GOAL_DIM = 2) int32:
+``[task id, position in its level]``. The dense rewards also need :class:`Extras` (tcp, pads, joint,
+per-episode constants), exact in the simulator and approximated from the state by
+:func:`extras_from_state` for generated data (docs/envs.md, "Meta-World").
 """
 
 from __future__ import annotations
@@ -401,11 +384,8 @@ def _caging(action: jax.Array, obj: jax.Array, ex: Extras, *, obj_radius: float,
 
 
 def _pick_place_caging(action: jax.Array, obj: jax.Array, ex: Extras) -> jax.Array:
-    """Pick-place's own caging reward (SawyerPickPlaceEnvV3._gripper_caging_reward).
-
-    Meta-World stores the pads' "initial" positions as live views of MuJoCo's ``xpos`` (``get_body_com``
-    returns a view), so its margins use the *current* pads; reproduced here.
-    """
+    """Pick-place's own caging reward (SawyerPickPlaceEnvV3._gripper_caging_reward), with the *current*
+    pads as its "initial" ones (Meta-World keeps live views of ``xpos``)."""
     obj_init, init_tcp = ex.consts[..., 3:6], ex.consts[..., 6:9]
     init_l, init_r = ex.lpad, ex.rpad
     right = tolerance(obj[..., 1] - ex.rpad[..., 1], 0.015, 0.05, jnp.abs(jnp.abs(obj[..., 1] - init_r[..., 1]) - 0.05))
@@ -752,9 +732,8 @@ def dense_reward(state: jax.Array, task: jax.Array, action: jax.Array, extras: E
 
 def extras_from_state(state: jax.Array, first_state: jax.Array) -> Extras:
     """Approximate :class:`Extras` from 91-d states alone (for imagined data): tcp = hand +
-    :data:`TCP_OFFSET` (measured: -0.045 in z), pads at ±(0.002 + 0.045·opening) in y around the hand,
-    joint 0, constants from the episode's first state (target, the first filled slot's position, the
-    first tcp and pads)."""
+    :data:`TCP_OFFSET`, pads at ±(0.002 + 0.045·opening) in y around the hand, joint 0, constants from the
+    episode's first state (target, the first filled slot's position, the first tcp and pads)."""
     def pads(s):
         hand = s[..., 0:3]
         half = 0.002 + 0.045 * s[..., 3:4]  # measured: ±0.047 in y around the hand when fully open
