@@ -36,7 +36,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from imaginejax.bench.config import ConfigError, available_presets, describe, load_config
+from imaginejax.bench.config import ConfigError, available_presets, describe, load_config, resolve
 from imaginejax.core.files import write_text
 from imaginejax.core.paths import absolute
 
@@ -235,8 +235,9 @@ def _imagine(args: argparse.Namespace) -> int:
     if config.imagine.source != "imaginer":
         raise ConfigError(f"imagine needs imagine.source = 'imaginer' (the preset says {config.imagine.source!r}): "
                           "pass --set imagine.source=imaginer")
-    real = load_datasets(args.real, "real", config.data.env) if args.real else real_data(config, _log)
-    datasets = imagine_datasets(config, real, args.out, _log)
+    run = resolve(config)
+    real = load_datasets(args.real, "real", config.data.env) if args.real else real_data(run, _log)
+    datasets = imagine_datasets(run, real, args.out, _log)
     for ds in datasets:
         print(f"{args.out / f'{ds.env}-{ds.level}-imaginary'}: {ds.num_trajectories} rollouts, "
               f"{ds.num_transitions} steps")
@@ -251,7 +252,7 @@ def _train(args: argparse.Namespace) -> int:
     config = _config(args, extra)
     out = args.out or _default_out("train", config.name)
     outcome = protocol.train(config, out, real=args.real, imaginary=args.imaginary, oracle=args.oracle, log=_log)
-    text = protocol.report(outcome.results, outcome.workspace, config, figures=False, log=_log)
+    text = protocol.report(outcome.results, outcome.workspace, config.report, figures=False, log=_log)
     if distributed.is_writer():
         print(text)
         print(f"\nworkspace: {outcome.workspace} (imaginejax report {outcome.workspace} for figures)")
@@ -296,7 +297,7 @@ def _report(args: argparse.Namespace) -> int:
         given[name] = next(iter(values.values())) if value is None else value
     config = Config(report=ReportConfig(**given, figures=not args.no_figures))
     if len(args.run_dir) == 1:
-        text = protocol.report(load_sweep(args.run_dir[0]), args.run_dir[0], config, log=_log)
+        text = protocol.report(load_sweep(args.run_dir[0]), args.run_dir[0], config.report, log=_log)
     else:
         from imaginejax.bench.report import aggregate
 

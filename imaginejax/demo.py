@@ -24,11 +24,10 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 
 import jax
 
-from imaginejax.bench.config import load_config
+from imaginejax.bench.config import load_config, resolve
 from imaginejax.bench.protocol import report, train
 from imaginejax.bench.report import table
 from imaginejax.bench.results import Results
@@ -72,10 +71,10 @@ def main(argv: list[str] | None = None) -> str:
          f"workspace: {out}")
     start = time.perf_counter()
     outcome = train(config, out, log=_log)
-    report(outcome.results, outcome.workspace, config, figures=False, log=_log)
+    report(outcome.results, outcome.workspace, config.report, figures=False, log=_log)
     total = time.perf_counter() - start
 
-    eval_levels = evaluation_levels(config)
+    eval_levels = evaluation_levels(resolve(config))
     with fields_of(outcome.workspace / RANDOM_FILE, RANDOM_FIX):
         floor = dict(read_json(outcome.workspace / RANDOM_FILE, RANDOM_FIX)["success"])
     r = config.report
@@ -83,7 +82,7 @@ def main(argv: list[str] | None = None) -> str:
     print(f"\n{', '.join(config.train.algos).upper()} success rate (%) on {config.data.env}, "
           f"{config.train.seeds} seeds, {config.train.updates} updates:\n")
     print(protocol)
-    episodes = eval_episodes(config, eval_levels)
+    episodes = eval_episodes(config.train, eval_levels)
     print("\nRandom policy (the floor): " + ", ".join(
         f"{lv} {100 * floor[lv]:.1f} %" for lv in LEVELS if lv in floor)
           + f" ({', '.join(f'{lv} {n}' for lv, n in episodes.items())} episodes per evaluation).")

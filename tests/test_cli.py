@@ -23,7 +23,7 @@ import pytest
 
 from imaginejax import algos, cli
 from imaginejax.bench import config as config_lib
-from imaginejax.bench.config import ConfigError, load_config
+from imaginejax.bench.config import ConfigError, load_config, resolve
 from imaginejax.core.checkpoint import list_checkpoints, load_checkpoint
 from imaginejax.core.runlog import MetricsLog
 
@@ -228,8 +228,8 @@ def test_oracle_data_is_given_as_dataset_directories(bench_run):
     levels = sorted(read_manifest(p)["level"] for p in cached)
     assert levels == ["easy", "hard", "rephrase"]
     real = [load_dataset(bench_run["real"])]
-    collected = datasets.mixed_sources(config, real, root / "unused")
-    given = datasets.mixed_sources(config, real, root / "unused", oracle=cached)
+    collected = datasets.mixed_sources(resolve(config), real, root / "unused")
+    given = datasets.mixed_sources(resolve(config), real, root / "unused", oracle=cached)
     assert sorted(given) == sorted(collected) == [f"oracle/{level}" for level in levels]
     assert {k: workspace.fingerprint(v) for k, v in given.items()} == {k: workspace.fingerprint(v) for k, v in collected.items()}
     assert "oracle data: the given --oracle datasets (easy, hard, rephrase)" in protocol.plan(config, root / "ws-plan",
@@ -285,10 +285,10 @@ def test_bench_defaults_to_every_registered_algorithm_of_the_action_space():
     discrete = Spec(state_dim=17, embed_dim=0, discrete=True, action_dim=7)
     continuous = Spec(state_dim=18, embed_dim=0, discrete=False, action_dim=6)
     cfg = load_config("babyai-quick")
-    assert algorithm_names(cfg, discrete) == algos.registered(discrete=True)
-    assert algorithm_names(cfg, continuous) == algos.registered(discrete=False)
-    assert {"bc", "cql", "bcq", "td3bc"} <= set(algorithm_names(cfg, discrete))
-    assert algorithm_names(load_config("babyai-quick", ['train.algos=["cql", "bc"]']), discrete) == ("cql", "bc")
+    assert algorithm_names(cfg.train, discrete) == algos.registered(discrete=True)
+    assert algorithm_names(cfg.train, continuous) == algos.registered(discrete=False)
+    assert {"bc", "cql", "bcq", "td3bc"} <= set(algorithm_names(cfg.train, discrete))
+    assert algorithm_names(load_config("babyai-quick", ['train.algos=["cql", "bc"]']).train, discrete) == ("cql", "bc")
 
 
 def test_help_of_every_subcommand(capsys):

@@ -135,14 +135,14 @@ def test_figures_and_csv_written(tmp_path):
 def test_report_names_its_files_by_statistic(tmp_path):
     """The mean report goes to results-mean.md and figures-mean/, next to the IQM's, which it leaves alone."""
     from imaginejax.bench import protocol
-    from imaginejax.bench.config import Config, ReportConfig
+    from imaginejax.bench.config import ReportConfig
 
     write_sweep(tmp_path / "sweep")
     results = load_sweep(tmp_path / "sweep")
-    iqm_text = protocol.report(results, tmp_path / "sweep", Config(report=ReportConfig(statistic="iqm", reps=50)),
+    iqm_text = protocol.report(results, tmp_path / "sweep", ReportConfig(statistic="iqm", reps=50),
                             log=lambda _: None)
     iqm_files = {p.name: p.read_bytes() for p in (tmp_path / "sweep" / "figures").iterdir()}
-    mean_text = protocol.report(results, tmp_path / "sweep", Config(report=ReportConfig(statistic="mean", reps=50)),
+    mean_text = protocol.report(results, tmp_path / "sweep", ReportConfig(statistic="mean", reps=50),
                              log=lambda _: None)
     assert (tmp_path / "sweep" / "results.md").read_text().strip() == iqm_text
     assert (tmp_path / "sweep" / "results-mean.md").read_text().strip() == mean_text

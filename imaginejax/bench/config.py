@@ -550,6 +550,49 @@ def level_episodes(config: Config, level: str) -> int:
     return int(config.imagine.level_episodes.get(level, config.imagine.episodes))
 
 
+@dataclasses.dataclass(frozen=True)
+class Resolved:
+    """What a configuration means for its environment, worked out once (:func:`resolve`) and passed down to
+    the data and training steps instead of the whole :class:`Config`.
+
+    Attributes:
+      env: ``data.env``.
+      levels: the evaluated levels (``train.eval_levels``, else every level of the environment).
+      novel: every level of the environment but ``train``.
+      imagined: the levels given imaginary or oracle data (:func:`imagined_levels`).
+      conditions: the data conditions trained (:func:`data_conditions`).
+      episodes: imagined level -> imaginary (or oracle) trajectories (:func:`level_episodes`).
+      data_root: where expert data is cached (``data.dir``, else ``$IMAGINEJAX_HOME/data``).
+      data, imagine: the configuration's ``data`` and ``imagine`` sections.
+      protocol: ``train.protocol`` ('per-level' or 'pooled').
+    """
+
+    env: str
+    levels: tuple[str, ...]
+    novel: tuple[str, ...]
+    imagined: tuple[str, ...]
+    conditions: tuple[str, ...]
+    episodes: Mapping[str, int]
+    data_root: Path
+    data: DataConfig
+    imagine: ImagineConfig
+    protocol: str
+
+
+def resolve(config: Config) -> Resolved:
+    """The :class:`Resolved` facts of ``config`` (its environment's levels, the conditions trained, ...)."""
+    from imaginejax.core.paths import absolute, cache_root
+    from imaginejax.envs import ENV_LEVELS
+
+    d, imagined = config.data, imagined_levels(config)
+    return Resolved(env=d.env, levels=tuple(config.train.eval_levels or ENV_LEVELS[d.env]),
+                    novel=tuple(lv for lv in ENV_LEVELS[d.env] if lv != "train"), imagined=imagined,
+                    conditions=data_conditions(config),
+                    episodes={level: level_episodes(config, level) for level in imagined},
+                    data_root=absolute(d.dir) if d.dir else cache_root() / "data", data=d, imagine=config.imagine,
+                    protocol=config.train.protocol)
+
+
 def describe(cls: type = Config, prefix: str = "") -> str:
     """One line per field: ``section.key  (type, default)  meaning``, for ``--help``."""
     lines = []

@@ -14,9 +14,7 @@ from typing import Sequence
 import jax
 import numpy as np
 
-from imaginejax import envs
-from imaginejax.bench.config import Config, ConfigError, data_conditions, imagined_levels, level_episodes
-from imaginejax.core.paths import absolute, cache_root
+from imaginejax.bench.config import ConfigError, Resolved, TrainConfig
 from imaginejax.core.runlog import Log, log_stderr, quiet
 from imaginejax.data import TrajectoryDataset, load_dataset, read_manifest
 from imaginejax.data.experts import cached_expert_data
@@ -31,16 +29,10 @@ def origin(item: DataArg) -> str:
     return str(item)
 
 
-def data_root(config: Config) -> Path:
-    """``data.dir``, or ``$IMAGINEJAX_HOME/data``."""
-    return absolute(config.data.dir) if config.data.dir else cache_root() / "data"
-
-
-def real_data(config: Config, log: Log = log_stderr) -> list[TrajectoryDataset]:
+def real_data(run: Resolved, log: Log = log_stderr) -> list[TrajectoryDataset]:
     """The configuration's real data: expert trajectories of the training level (cached)."""
-    d = config.data
-    return [cached_expert_data(d.env, "train", d.episodes, d.seed, d.epsilon, data_root(config), embed=d.embed,
-                               log=log)]
+    d = run.data
+    return [cached_expert_data(d.env, "train", d.episodes, d.seed, d.epsilon, run.data_root, embed=d.embed, log=log)]
 
 
 def first_trajectories(datasets: Sequence[TrajectoryDataset], count: int) -> list[TrajectoryDataset]:
@@ -57,45 +49,45 @@ def first_trajectories(datasets: Sequence[TrajectoryDataset], count: int) -> lis
     return out
 
 
-def oracle_data(config: Config, log: Log = log_stderr) -> list[TrajectoryDataset]:
+def oracle_data(run: Resolved, log: Log = log_stderr) -> list[TrajectoryDataset]:
     """Expert rollouts of every imagined level's tasks (cached): the oracle condition's data."""
-    im, d = config.imagine, config.data
-    return [cached_expert_data(d.env, level, level_episodes(config, level), im.seed + i, d.epsilon,
-                               data_root(config), embed=d.embed, log=log)
-            for i, level in enumerate(imagined_levels(config))]
+    d = run.data
+    return [cached_expert_data(d.env, level, run.episodes[level], run.imagine.seed + i, d.epsilon, run.data_root,
+                               embed=d.embed, log=log)
+            for i, level in enumerate(run.imagined)]
 
 
-def filter_imaginary(config: Config, datasets: Sequence[TrajectoryDataset],
+def filter_imaginary(run: Resolved, datasets: Sequence[TrajectoryDataset],
                      log: Log = log_stderr) -> list[TrajectoryDataset]:
     """``imagine.filter`` applied to imaginer rollouts (:func:`~imaginejax.imaginer.quality.filter_dataset`;
     the filter and its counts are recorded in each dataset's provenance)."""
-    if config.imagine.filter == "none":
+    if run.imagine.filter == "none":
         return list(datasets)
     from imaginejax.imaginer.quality import filter_dataset, score_dataset
 
     out = []
     for ds in datasets:
         kept = filter_dataset(ds, score_dataset(ds), require_legal=True,
-                              require_goal=config.imagine.filter == "consistent-legal")
-        log(f"  {ds.env}/{ds.level}: filter {config.imagine.filter!r} kept {kept.num_trajectories} of "
+                              require_goal=run.imagine.filter == "consistent-legal")
+        log(f"  {ds.env}/{ds.level}: filter {run.imagine.filter!r} kept {kept.num_trajectories} of "
             f"{ds.num_trajectories} imaginary rollouts")
         out.append(kept)
     return out
 
 
-def check_oracle_given(config: Config, oracle: Sequence[DataArg]) -> None:
+def check_oracle_given(run: Resolved, train: TrainConfig, oracle: Sequence[DataArg]) -> None:
     """Refuses oracle datasets for a sweep that trains no oracle condition (ConfigError naming the fix)."""
-    if oracle and "oracle" not in data_conditions(config):
+    if oracle and "oracle" not in run.conditions:
         raise ConfigError(f"--oracle data is given but the oracle condition is not trained (train.conditions = "
-                          f"{list(config.train.conditions)}, ratios {list(config.train.ratios)}): add 'oracle' to "
+                          f"{list(train.conditions)}, ratios {list(train.ratios)}): add 'oracle' to "
                           "train.conditions and a ratio > 0 to train.ratios")
 
 
-def mixed_sources(config: Config, real: Sequence[TrajectoryDataset], out_dir: str | Path, *,
+def mixed_sources(run: Resolved, real: Sequence[TrajectoryDataset], out_dir: str | Path, *,
                   imaginary: Sequence[DataArg] = (), oracle: Sequence[DataArg] = (),
                   log: Log = log_stderr) -> dict[str, list[TrajectoryDataset]]:
     """The data mixed into the real data, by source name: ``"<condition>/<level>"`` (per-level protocol)
-    or ``"<condition>/pooled"``, for the conditions 'imaginary' and 'oracle' of :func:`data_conditions`.
+    or ``"<condition>/pooled"``, for the conditions 'imaginary' and 'oracle' trained (``run.conditions``).
     ``imaginary`` / ``oracle``: given datasets (directories or in memory) instead of the pipeline's; ``oracle``
     holds real rollouts of novel levels to use as the oracle's data instead of collecting them
     (:func:`train` has refused them already when no oracle condition is trained: :func:`check_oracle_given`).
@@ -104,19 +96,17 @@ def mixed_sources(config: Config, real: Sequence[TrajectoryDataset], out_dir: st
       ConfigError: a given imaginary or oracle dataset is of a level that is not a novel level of the
         environment.
     """
-    conditions = data_conditions(config)
-    env_name = config.data.env
-    novel = [lv for lv in envs.ENV_LEVELS[env_name] if lv != "train"]
+    conditions, env_name, novel = run.conditions, run.env, run.novel
     per_condition: dict[str, list[TrajectoryDataset]] = {}
     if imaginary or "imaginary" in conditions:
         if imaginary:
             datasets = load_datasets(imaginary, "imaginary", env_name, log)
         else:
-            datasets = imaginary_data(config, real, Path(out_dir) / "imaginary", log)
-        per_condition["imaginary"] = filter_imaginary(config, datasets, log)
+            datasets = imaginary_data(run, real, Path(out_dir) / "imaginary", log)
+        per_condition["imaginary"] = filter_imaginary(run, datasets, log)
     if "oracle" in conditions:
         per_condition["oracle"] = (load_datasets(oracle, "real", env_name, log) if oracle
-                                   else oracle_data(config, log))
+                                   else oracle_data(run, log))
     sources: dict[str, list[TrajectoryDataset]] = {}
     for condition, datasets in per_condition.items():
         for ds in datasets:
@@ -124,7 +114,7 @@ def mixed_sources(config: Config, real: Sequence[TrajectoryDataset], out_dir: st
                 raise ConfigError(f"{condition} data of level {ds.level!r} cannot be mixed into a novel level of "
                                   f"{env_name} ({', '.join(novel)}): {condition} data is made for (and "
                                   "mixed into) the level of its instructions")
-        if config.train.protocol == "pooled":
+        if run.protocol == "pooled":
             sources[f"{condition}/pooled"] = list(datasets)
             continue
         for level in novel:
@@ -164,7 +154,7 @@ def _level_key(seed: int, index: int) -> jax.Array:
     return jax.random.fold_in(jax.random.PRNGKey(seed), index)
 
 
-def imagine_datasets(config: Config, real: Sequence[TrajectoryDataset], out_dir: str | Path,
+def imagine_datasets(run: Resolved, real: Sequence[TrajectoryDataset], out_dir: str | Path,
                      log: Log = log_stderr) -> list[TrajectoryDataset]:
     """Fine-tunes the imaginer preset on ``real`` and writes one imaginary dataset per level to ``out_dir``.
 
@@ -172,12 +162,12 @@ def imagine_datasets(config: Config, real: Sequence[TrajectoryDataset], out_dir:
     already written by the same weights with the same count and key is read back, not generated again.
 
     Returns:
-      The imaginary datasets, in the order of :func:`~imaginejax.bench.config.imagined_levels`.
+      The imaginary datasets, in the order of ``run.imagined``.
     """
     from imaginejax.imaginer.finetune import finetune
     from imaginejax.imaginer.imagine import write_imaginary_datasets
 
-    im, env_name = config.imagine, config.data.env
+    im, env_name = run.imagine, run.env
     out_dir = Path(out_dir)
     start = time.perf_counter()
     if im.preset == "shipped":
@@ -200,8 +190,8 @@ def imagine_datasets(config: Config, real: Sequence[TrajectoryDataset], out_dir:
             raise ConfigError(f"imagine.finetune: {error}") from None
         log(f"imaginer: {imaginer.step} fine-tuning steps done ({time.perf_counter() - start:.0f}s)")
     datasets = []
-    for index, level in enumerate(imagined_levels(config)):
-        path, count, key = out_dir / f"{env_name}-{level}-imaginary", level_episodes(config, level), _level_key(im.seed, index)
+    for index, level in enumerate(run.imagined):
+        path, count, key = out_dir / f"{env_name}-{level}-imaginary", run.episodes[level], _level_key(im.seed, index)
         # write_imaginary_datasets generates its i-th level with fold_in(key, i); here i = 0.
         key_data = [int(v) for v in np.asarray(jax.random.fold_in(key, 0)).ravel()]
         provenance = read_manifest(path).get("provenance", {}) if (path / "manifest.json").exists() else {}
@@ -211,7 +201,7 @@ def imagine_datasets(config: Config, real: Sequence[TrajectoryDataset], out_dir:
         else:
             start = time.perf_counter()
             write_imaginary_datasets(imaginer, env_name, out_dir, count, key, levels=(level,),
-                                     embed=config.data.embed, overwrite=True, chunk_size=im.chunk_size,
+                                     embed=run.data.embed, overwrite=True, chunk_size=im.chunk_size,
                                      progress=sys.stderr.isatty())
             log(f"  {env_name}/{level}: generated {count} imaginary rollouts in {time.perf_counter() - start:.0f}s")
         ds = load_dataset(path)
@@ -222,12 +212,12 @@ def imagine_datasets(config: Config, real: Sequence[TrajectoryDataset], out_dir:
     return datasets
 
 
-def imaginary_data(config: Config, real: Sequence[TrajectoryDataset], out_dir: str | Path,
+def imaginary_data(run: Resolved, real: Sequence[TrajectoryDataset], out_dir: str | Path,
                    log: Log = log_stderr) -> list[TrajectoryDataset]:
     """The configuration's imaginary data (``imagine.source``): imaginer rollouts, oracle expert
     rollouts of the novel levels, or nothing."""
-    if config.imagine.source == "none":
+    if run.imagine.source == "none":
         return []
-    if config.imagine.source == "oracle":
-        return oracle_data(config, log)
-    return imagine_datasets(config, real, out_dir, log)
+    if run.imagine.source == "oracle":
+        return oracle_data(run, log)
+    return imagine_datasets(run, real, out_dir, log)

@@ -640,7 +640,7 @@ def trained_from_disk(sweep_dir: Path, algo: str, run: int) -> "TrainedRuns":
                           "options are recorded there; export from the workspace imaginejax train / bench wrote")
     with fields_of(workspace / WORKSPACE_FILE, WORKSPACE_FIX):
         config = from_dict(Config, read_json(workspace / WORKSPACE_FILE, WORKSPACE_FIX)["config"])
-    net, options = algorithm_shapes(config, algo)
+    net, options = algorithm_shapes(config.train, algo)
     env, _ = envs.make(config.data.env, "train")
     spec = Spec(state_dim=int(env.state_dim), embed_dim=EMBED_DIM if config.data.embed else 0,
                 discrete=bool(env.discrete), action_dim=int(env.num_actions if env.discrete else env.action_dim))

@@ -41,9 +41,9 @@ from typing import Any, Sequence
 import jax
 
 from imaginejax import envs
-from imaginejax.bench.config import Config, ConfigError, data_conditions, imagined_levels, level_episodes
-from imaginejax.bench.datasets import (DataArg, check_oracle_given, data_root, first_trajectories, load_datasets,
-                                       mixed_sources, origin, real_data)
+from imaginejax.bench.config import Config, ConfigError, ReportConfig, resolve
+from imaginejax.bench.datasets import (DataArg, check_oracle_given, first_trajectories, load_datasets, mixed_sources,
+                                       origin, real_data)
 from imaginejax.bench.report import table
 from imaginejax.bench.results import SOURCES_FILE, Results
 from imaginejax.bench.sweeps import (algorithm_names, algorithm_sweep, check_algorithms, env_interface, eval_episodes,
@@ -85,11 +85,11 @@ def plan(config: Config, out: str | Path, *, imaginary: Sequence[DataArg] = (), 
     from imaginejax.imaginer.finetune import PRESETS
 
     d, im, t = config.data, config.imagine, config.train
-    levels = tuple(t.eval_levels or envs.ENV_LEVELS[d.env])
-    bare_levels = {lv: envs.make(d.env, lv) for lv in levels}
-    spec = env_interface(config)
-    algos = algorithm_names(config, spec)
-    conditions = data_conditions(config)
+    run = resolve(config)
+    bare_levels = {lv: envs.make(d.env, lv) for lv in run.levels}
+    spec = env_interface(run)
+    algos = algorithm_names(t, spec)
+    conditions, imagined = run.conditions, run.imagined
     imaginary_given = bool(imaginary)
     given_levels = {"imaginary": sorted({_level(item) for item in imaginary}),
                     "oracle": sorted({_level(item) for item in oracle})}
@@ -97,28 +97,27 @@ def plan(config: Config, out: str | Path, *, imaginary: Sequence[DataArg] = (), 
     for condition in ("imaginary", "oracle"):
         if condition in conditions or (condition == "imaginary" and imaginary_given):
             given = imaginary_given if condition == "imaginary" else bool(oracle)
-            levels_of = given_levels[condition] if given else imagined_levels(config)
+            levels_of = given_levels[condition] if given else imagined
             sources += [f"{condition}/pooled"] if t.protocol == "pooled" else [f"{condition}/{lv}" for lv in levels_of]
-    runs = {name: algorithm_sweep(config, name, spec, sources)[2].num_runs for name in algos}  # as trained
+    runs = {name: algorithm_sweep(t, run, name, spec, sources)[2].num_runs for name in algos}  # as trained
     configs = Sweep.grid(seeds=1, ratios=t.ratios, data=sources).num_runs  # data configurations per seed
-    eval_steps = eval_steps_per_run(config, bare_levels)
+    eval_steps = eval_steps_per_run(t, bare_levels)
     seconds = sum(ROUGH_SECONDS["compile"] + n * t.updates * t.batch_size * ROUGH_SECONDS["sample"]
                   + n * t.intervals * eval_steps * ROUGH_SECONDS["eval_step"] for n in runs.values())
     lines = [f"plan ({d.env}, preset {config.name or 'custom'}) -> {out}:",
              "  real data: " + ("the given --real datasets" if real_given else
-                                f"{d.episodes} expert trajectories of train (cached in {data_root(config)})")]
-    imagined = imagined_levels(config)
+                                f"{d.episodes} expert trajectories of train (cached in {run.data_root})")]
     collections = ([] if real_given else [("train", d.episodes, d.seed)]) + (
-        [(lv, level_episodes(config, lv), im.seed + i) for i, lv in enumerate(imagined)]
+        [(lv, run.episodes[lv], im.seed + i) for i, lv in enumerate(imagined)]
         if ("oracle" in conditions and not oracle)
         or ("imaginary" in conditions and im.source == "oracle" and not imaginary_given) else [])
     seconds += ROUGH_SECONDS["collect"] * sum(  # datasets not cached yet
-        not (cached_expert_path(d.env, lv, n, seed, d.epsilon, data_root(config), embed=d.embed) / "manifest.json").exists()
+        not (cached_expert_path(d.env, lv, n, seed, d.epsilon, run.data_root, embed=d.embed) / "manifest.json").exists()
         for lv, n, seed in collections)
     if imaginary_given:
         lines.append("  imaginary data: the given --imaginary datasets (no imaginer)")
     elif "imaginary" in conditions and im.source == "imaginer":
-        rollouts = sum(level_episodes(config, lv) for lv in imagined)
+        rollouts = sum(run.episodes.values())
         seconds += rollouts * ROUGH_SECONDS["rollout"]
         if im.preset == "shipped":
             lines.append(f"  imaginary data: the package's trained {d.env} imaginer, loaded (no fine-tuning)")
@@ -145,7 +144,7 @@ def plan(config: Config, out: str | Path, *, imaginary: Sequence[DataArg] = (), 
                         for name, n in runs.items() if n != t.seeds * configs)
               + f"), {t.updates} updates each (batch {t.batch_size})",
               f"  evaluation: {'once' if t.intervals == 1 else f'{t.intervals} times'}, episodes per level: "
-              + ", ".join(f"{lv} {n}" for lv, n in eval_episodes(config, bare_levels).items()),
+              + ", ".join(f"{lv} {n}" for lv, n in eval_episodes(t, bare_levels).items()),
               f"  estimate: roughly {format_seconds(seconds)} on a 2-core CPU (from these sizes, measured within 10-30 % "
               "on such a machine; more cores are faster, a loaded machine slower)" if jax.default_backend() == "cpu"
               else f"  estimate: none for a {jax.default_backend().upper()} yet (the progress line's ETA follows from "
@@ -186,22 +185,23 @@ def train(config: Config, out: str | Path, *, real: Sequence[DataArg] = (), imag
                        "--imaginary": [origin(item) for item in imaginary],
                        "--oracle": [origin(item) for item in oracle]})
     check_algorithms(config)
-    check_oracle_given(config, oracle)
+    run = resolve(config)
+    check_oracle_given(run, config.train, oracle)
     out = distributed.writer_first(lambda: open_workspace(out, config))
     log(plan(config, out, imaginary=imaginary, real_given=bool(real), oracle=oracle))
-    env_name = config.data.env
+    env_name = run.env
     log(f"data ({env_name}):")
     given_real = bool(real)
     real = load_datasets(real, "real", env_name, log) if given_real else distributed.writer_first(
-        lambda: real_data(config, log))
-    sources = distributed.writer_first(lambda: mixed_sources(config, real, out, imaginary=imaginary, oracle=oracle,
+        lambda: real_data(run, log))
+    sources = distributed.writer_first(lambda: mixed_sources(run, real, out, imaginary=imaginary, oracle=oracle,
                                                              log=log))
     imag = [ds for datasets in sources.values() for ds in datasets]
     if jax.process_count() > 1:
         distributed.check_same({"real data": fingerprint(real),
                                 **{f"imaginary data {name}": fingerprint(ds) for name, ds in sources.items()}})
     distributed.writer_first(lambda: check_data(out, real, imag))
-    eval_levels = evaluation_levels(config)
+    eval_levels = evaluation_levels(run)
     spec = interface(real[0], eval_levels)
     facts = EnvFacts.of(next(iter(eval_levels.values()))[0])
     for ds in list(real) + imag:  # before anything compiles: actions, states, widths against the environment
@@ -226,12 +226,12 @@ def train(config: Config, out: str | Path, *, real: Sequence[DataArg] = (), imag
     if distributed.is_writer() and not (out / RANDOM_FILE).exists():
         write_json(out / RANDOM_FILE, {"policy": "uniformly random actions",
                                        "success": random_policy_success(eval_levels, spec,
-                                                                  eval_episodes(config, eval_levels))})
+                                                                  eval_episodes(config.train, eval_levels))})
     results, seconds = Results(runs=(), levels=(), sources=json.loads(json.dumps(summaries))), {}
-    for name in algorithm_names(config, spec):
+    for name in algorithm_names(config.train, spec):
         start = time.perf_counter()
         try:
-            trained = train_algorithm(config, name, spec, eval_levels, real_t, imag_t, out / "runs" / name, log)
+            trained = train_algorithm(config, run, name, spec, eval_levels, real_t, imag_t, out / "runs" / name, log)
         except Interrupted as stop:
             raise Interrupted(f"{name} {stop}") from None
         results = results.merge(trained)
@@ -240,7 +240,7 @@ def train(config: Config, out: str | Path, *, real: Sequence[DataArg] = (), imag
     return TrainOutcome(workspace=out, results=results, seconds=seconds)
 
 
-def report(results: Results, out: str | Path, config: Config, *, figures: bool | None = None,
+def report(results: Results, out: str | Path, settings: ReportConfig, *, figures: bool | None = None,
            log: Log = log_stderr) -> str:
     """The results tables (:func:`imaginejax.bench.report.table`) and the figures (``report.figures``, or
     ``figures`` when given) written to :func:`report_paths` (by the writer process); returns the tables.
@@ -248,10 +248,10 @@ def report(results: Results, out: str | Path, config: Config, *, figures: bool |
     Args:
       results: in memory from :func:`train`, or :func:`imaginejax.bench.results.load_sweep` of a directory.
       out: the workspace or sweep directory.
-      config: its ``report`` section is used.
+      settings: the configuration's ``report`` section.
       figures: override ``report.figures``.
     """
-    r = config.report
+    r = settings
     text = table(results, r.statistic, r.reps, r.seed, r.last)
     if not distributed.is_writer():
         return text
@@ -277,7 +277,7 @@ def bench(config: Config, out: str | Path, log: Log = log_stderr) -> str:
     """The whole protocol (see the module docstring); returns the results table."""
     start = time.perf_counter()
     outcome = train(config, out, log=log)
-    text = report(outcome.results, outcome.workspace, config, log=log)
+    text = report(outcome.results, outcome.workspace, config.report, log=log)
     total = time.perf_counter() - start
     timing = ", ".join(f"{k} {v:.0f}s" for k, v in outcome.seconds.items())
     log(f"bench: {total:.0f}s in total (training: {timing})")

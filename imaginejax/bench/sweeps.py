@@ -19,7 +19,7 @@ from imaginejax import envs
 from imaginejax.algos.base import Spec
 from imaginejax.algos.common import DataStats
 from imaginejax.algos.networks import NetConfig
-from imaginejax.bench.config import Config, ConfigError, data_conditions
+from imaginejax.bench.config import Config, ConfigError, Resolved, TrainConfig, resolve
 from imaginejax.bench.results import Results, TrainedRuns, from_sweep, save_task_success, task_names
 from imaginejax.core import distributed
 from imaginejax.core.runlog import Log, log_stderr
@@ -32,18 +32,17 @@ from imaginejax.training.progress import IntervalProgress, MetricSinks, count
 from imaginejax.training.sweep import Sweep, check_host_memory, host_bytes_per_run, run_sweep
 
 
-def evaluation_levels(config: Config) -> dict[str, tuple[Any, Any]]:
-    """The evaluated levels (``train.eval_levels``, default every level of the environment): level -> (env, params)."""
-    return {level: envs.make(config.data.env, level,
-                             embed=encode_instructions if config.data.embed else None)
-            for level in config.train.eval_levels or envs.ENV_LEVELS[config.data.env]}
+def evaluation_levels(run: Resolved) -> dict[str, tuple[Any, Any]]:
+    """The evaluated levels (``run.levels``): level -> (env, params)."""
+    return {level: envs.make(run.env, level, embed=encode_instructions if run.data.embed else None)
+            for level in run.levels}
 
 
-def env_interface(config: Config) -> Spec:
+def env_interface(run: Resolved) -> Spec:
     """The algorithms' view of the configured environment, from the environment alone (no data, no
     sentence encoder: E is the encoder's width when ``data.embed``, else 0)."""
-    facts = EnvFacts.of(envs.make(config.data.env, "train")[0], legality=False)
-    return Spec(state_dim=facts.state_dim, embed_dim=EMBED_DIM if config.data.embed else 0,
+    facts = EnvFacts.of(envs.make(run.env, "train")[0], legality=False)
+    return Spec(state_dim=facts.state_dim, embed_dim=EMBED_DIM if run.data.embed else 0,
                 discrete=facts.discrete, action_dim=int(facts.num_actions if facts.discrete else facts.action_dim))
 
 
@@ -66,27 +65,27 @@ def interface(real: TrajectoryDataset, eval_levels: dict[str, tuple[Any, Any]]) 
     return Spec(state_dim=state_dim, embed_dim=embed_dim, discrete=bool(real.discrete), action_dim=action_dim)
 
 
-def algorithm_names(config: Config, spec: Spec) -> tuple[str, ...]:
+def algorithm_names(train: TrainConfig, spec: Spec) -> tuple[str, ...]:
     """``train.algos``, or every registered algorithm for the action space."""
-    return tuple(config.train.algos) or algo_registry.registered(spec.discrete)
+    return tuple(train.algos) or algo_registry.registered(spec.discrete)
 
 
-def eval_episodes(config: Config, eval_levels: dict[str, tuple[Any, Any]]) -> dict[str, int]:
+def eval_episodes(train: TrainConfig, eval_levels: dict[str, tuple[Any, Any]]) -> dict[str, int]:
     """Episodes per evaluation of each level: ``train.eval_episodes`` rounded up to a multiple of the
     level's task count (:func:`~imaginejax.training.evaluation.episodes_per_level`)."""
     from imaginejax.training.evaluation import episodes_per_level
 
-    return {level: episodes_per_level(config.train.eval_episodes, int(params.goals.shape[0]))
+    return {level: episodes_per_level(train.eval_episodes, int(params.goals.shape[0]))
             for level, (_, params) in eval_levels.items()}
 
 
-def eval_steps_per_run(config: Config, eval_levels: dict[str, tuple[Any, Any]]) -> int:
+def eval_steps_per_run(train: TrainConfig, eval_levels: dict[str, tuple[Any, Any]]) -> int:
     """Environment steps of one evaluation of one run: Σ_levels episodes × max_steps."""
-    episodes = eval_episodes(config, eval_levels)
+    episodes = eval_episodes(train, eval_levels)
     return sum(episodes[level] * int(params.max_steps) for level, (_, params) in eval_levels.items())
 
 
-def train_algorithm(config: Config, name: str, spec: Spec, eval_levels: dict[str, tuple[Any, Any]],
+def train_algorithm(config: Config, run: Resolved, name: str, spec: Spec, eval_levels: dict[str, tuple[Any, Any]],
                     real: Transitions, imag: Mapping[str, Transitions], run_dir: str | Path,
                     log: Log = log_stderr) -> Results:
     """One algorithm's sweep (seeds × hyperparameters × data conditions × ratios), resumed from
@@ -94,6 +93,7 @@ def train_algorithm(config: Config, name: str, spec: Spec, eval_levels: dict[str
 
     Args:
       config: the configuration (``train`` section; ``logging`` for the display and metric sinks).
+      run: its resolved facts (the data conditions trained, the evaluated levels).
       name: registry name of the algorithm.
       spec: the environment interface.
       eval_levels: level -> (env, params) evaluated after every interval.
@@ -108,16 +108,16 @@ def train_algorithm(config: Config, name: str, spec: Spec, eval_levels: dict[str
     """
     t = config.train
     settings = t.algo.get(name)
-    data = ([""] if "real" in data_conditions(config) else []) + list(imag)
+    data = ([""] if "real" in run.conditions else []) + list(imag)
     if not data:
         raise ConfigError(f"train.conditions {list(t.conditions)} leave nothing to train: no imaginary or oracle data "
                           "was produced (check imagine.source, train.ratios and the datasets given)")
-    algo, base_hp, sweep = algorithm_sweep(config, name, spec, data)
+    algo, base_hp, sweep = algorithm_sweep(t, run, name, spec, data)
     batch_size = settings.batch_size if settings is not None and settings.batch_size else t.batch_size
     engine = EngineConfig(batch_size=batch_size, updates_per_interval=t.updates // t.intervals,
                           num_intervals=t.intervals, eval_episodes=t.eval_episodes, run_block=t.run_block or None)
     trainer = make_train(algo, spec, engine, eval_levels)
-    net, options = algorithm_shapes(config, name)
+    net, options = algorithm_shapes(t, name)
     run_dir, writer = Path(run_dir), distributed.is_writer()
     if writer:
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -125,10 +125,10 @@ def train_algorithm(config: Config, name: str, spec: Spec, eval_levels: dict[str
                         wandb=writer and config.logging.wandb, wandb_project=config.logging.wandb_project,
                         wandb_mode=config.logging.wandb_mode, config=config.to_json())
     progress = IntervalProgress(name, sweep.num_runs, t.intervals, engine.updates_per_interval,
-                                eval_steps_per_run(config, eval_levels),
+                                eval_steps_per_run(t, eval_levels),
                                 mode=config.logging.progress if writer else "off",
                                 log_file=run_dir / "train.log" if writer else None, on_interval=sinks.sync)
-    episodes = eval_episodes(config, eval_levels)
+    episodes = eval_episodes(t, eval_levels)
     swept = {**(settings.hp if settings else {}), **(settings.sweep if settings else {})}
     grid = "".join(f" × {k} {', '.join(f'{v:g}' for v in np.atleast_1d(values))}" for k, values in swept.items()
                    if np.size(values) > 1)
@@ -149,12 +149,13 @@ def train_algorithm(config: Config, name: str, spec: Spec, eval_levels: dict[str
     results = from_sweep(name, result, task_names(eval_levels))
     if writer:
         save_task_success(run_dir, results)
-    trained = TrainedRuns(env=config.data.env, spec=spec, net=net, options=options, states=result.result.state.algo,
+    trained = TrainedRuns(env=run.env, spec=spec, net=net, options=options, states=result.result.state.algo,
                           runs=tuple(range(sweep.num_runs)))
     return dataclasses.replace(results, trained={name: trained})
 
 
-def algorithm_sweep(config: Config, name: str, spec: Spec, data: Sequence[str]) -> tuple[Any, Any, Sweep]:
+def algorithm_sweep(train: TrainConfig, run: Resolved, name: str, spec: Spec,
+                    data: Sequence[str]) -> tuple[Any, Any, Sweep]:
     """Algorithm ``name`` built as configured (``train.algo.<name>.options``), its hp for one run, and the
     sweep of ``train.seeds`` × its ``hp`` / ``sweep`` grid × ``data`` × ``train.ratios``, checked by building it.
 
@@ -163,9 +164,9 @@ def algorithm_sweep(config: Config, name: str, spec: Spec, data: Sequence[str]) 
       SweepMemoryError: the runs' final states, rows and results would not fit in the host's available
         memory (checked by counting, before the table is built).
     """
-    t = config.train
+    t = train
     settings = t.algo.get(name)
-    net, options = algorithm_shapes(config, name)
+    net, options = algorithm_shapes(t, name)
     try:
         algo = algo_registry.make(name, spec, net, **options)
     except (ValueError, TypeError) as error:
@@ -177,8 +178,7 @@ def algorithm_sweep(config: Config, name: str, spec: Spec, data: Sequence[str]) 
         grid.update({k: list(v) for k, v in settings.sweep.items()})
     runs = Sweep.grid_size(seeds=t.seeds, ratios=t.ratios, hp=grid, data=list(data))
     state = _state_shape(name, spec, net, json.dumps(options, sort_keys=True))
-    levels = len(t.eval_levels or envs.ENV_LEVELS[config.data.env])
-    check_host_memory(runs, host_bytes_per_run(state, t.intervals, levels),
+    check_host_memory(runs, host_bytes_per_run(state, t.intervals, len(run.levels)),
                       f"{name} with train.seeds = {t.seeds} × {count(runs // t.seeds, 'configuration')}",
                       f"lower train.seeds{' or train.algo.' + name + '.sweep' if grid else ''}, or train fewer data "
                       "conditions per call (train.conditions, imagine.levels)")
@@ -205,15 +205,16 @@ def check_algorithms(config: Config) -> None:
     Raises:
       ConfigError: as :func:`algorithm_sweep`.
     """
-    spec = env_interface(config)
-    for name in dict.fromkeys((*algorithm_names(config, spec), *config.train.algo)):
-        algorithm_sweep(config, name, spec, [""])
+    run = resolve(config)
+    spec = env_interface(run)
+    for name in dict.fromkeys((*algorithm_names(config.train, spec), *config.train.algo)):
+        algorithm_sweep(config.train, run, name, spec, [""])
 
 
-def algorithm_shapes(config: Config, name: str) -> tuple[NetConfig | None, dict[str, Any]]:
+def algorithm_shapes(train: TrainConfig, name: str) -> tuple[NetConfig | None, dict[str, Any]]:
     """The network (``train.encoder_width`` and ``train.hidden``; None: the algorithm's reference) and the
     static options (``train.algo.<name>.options``) algorithm ``name`` is built with."""
-    t = config.train
+    t = train
     settings = t.algo.get(name)
     net = NetConfig(encoder_width=t.encoder_width, hidden=tuple(t.hidden)) if t.encoder_width else None
     return net, dict(settings.options) if settings is not None else {}
