@@ -84,7 +84,7 @@ bench-algos: $(VENV)/.installed $(REF_VENV)/.bench-installed
 	IMAGINEJAX_REF_PYTHON=$(abspath $(REF_VENV))/bin/python $(VENV)/bin/python experiments/benchmarks/algo_updates.py
 
 # What experiments/accelerator/run.sh needs on a bare GPU machine without internet, into the ignored .accel/
-# (wheels for x86-64 / CPython 3.12, instruction embeddings, SmolLM2's tokenizer and configuration); see README.
+# (wheels for x86-64 / CPython 3.12, instruction embeddings, SmolLM2's tokenizer and configuration); see docs/accelerator.md.
 accelerator-prepare: $(VENV)/.installed
 	$(VENV)/bin/python experiments/accelerator/prepare.py --out .accel
 
