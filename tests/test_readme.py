@@ -30,6 +30,7 @@ from imaginejax import cli
 from imaginejax.bench import check_algorithms
 
 REPO = Path(__file__).resolve().parents[1]
+README_PATH = REPO / "README.md"
 # (file, the heading whose section is read or None for the whole file): the measurement commands of
 # docs/distributed.md's other sections use shell variables for their flags and are not a reader's recipe.
 SOURCES = [("README.md", None), ("docs/usage.md", None), ("docs/interop.md", None),
@@ -185,3 +186,35 @@ def test_the_readme_chain_runs_verbatim(tmp_path):
     python(_block_with("python", "import gymnasium"))
     assert (tmp_path / "ws" / "imagine" / "clevr-easy-imaginary" / "manifest.json").is_file()
     assert (tmp_path / "policy" / "policy.json").is_file()
+
+
+# ----------------------------------------------------------------------------------- links
+
+
+def _anchors(path: Path) -> set[str]:
+    """GitHub's anchors of a Markdown file's headings: lower case, punctuation but - and _ dropped, spaces
+    to -, a repeated heading numbered."""
+    found, seen, fenced = set(), {}, False
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        heading = None if fenced else re.match(r"^#{1,6}\s+(.*?)\s*#*\s*$", line)
+        if heading:
+            slug = re.sub(r"[^\w\- ]", "", heading.group(1).lower()).replace(" ", "-")
+            found.add(slug if slug not in seen else f"{slug}-{seen[slug]}")
+            seen[slug] = seen.get(slug, 0) + 1
+    return found
+
+
+def test_every_relative_link_of_the_readme_and_docs_reaches_a_file_and_heading():
+    broken = []
+    for page in [README_PATH, *sorted((REPO / "docs").rglob("*.md"))]:
+        text = re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.S)
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue
+            path, _, anchor = target.partition("#")
+            dest = (page.parent / path).resolve() if path else page
+            if not dest.exists() or (anchor and dest.suffix == ".md" and anchor not in _anchors(dest)):
+                broken.append(f"{page.relative_to(REPO)}: {target}")
+    assert not broken, broken
