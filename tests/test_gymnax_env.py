@@ -114,7 +114,7 @@ def test_the_gymnax_pin_is_one_version() -> None:
     gymnax these tests run on agree."""
     makefile = (ROOT / "Makefile").read_text()
     assert re.findall(r"pip install .*--no-deps gymnax==(\S+)", makefile) == [GYMNAX_VERSION]
-    for doc in ("README.md", "docs/interop.md"):
+    for doc in ("README.md", "docs/install.md", "docs/interop.md"):
         pins = set(re.findall(r"gymnax==([0-9][0-9.]*[0-9])", (ROOT / doc).read_text()))
         assert pins == {GYMNAX_VERSION}, (doc, pins)
     assert importlib.metadata.version("gymnax") == GYMNAX_VERSION
@@ -139,13 +139,14 @@ def test_the_gymnax_extra_holds_what_gymnax_imports_and_nothing_caps_jax() -> No
             assert not caps, requirement
 
 
-def test_readme_gymnax_and_brax_snippet_runs_as_written() -> None:
-    """The README's example of its "gymnax and brax" section, executed verbatim."""
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("## gymnax and brax"):]
+def test_docs_gymnax_and_brax_snippet_runs_as_written() -> None:
+    """The example of docs/interop.md's "Both in one example" section (the README's quickstart links it),
+    executed verbatim."""
+    doc = (ROOT / "docs" / "interop.md").read_text()
+    section = doc[doc.index("## Both in one example"):]
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     scope: dict = {}
-    exec(compile(code, "README.md (gymnax and brax)", "exec"), scope)
+    exec(compile(code, "docs/interop.md (Both in one example)", "exec"), scope)
     assert scope["obs"].shape == (scope["env"].env.state_dim + EMBED_DIM,)
 
 

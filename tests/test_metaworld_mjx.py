@@ -9,7 +9,7 @@ hammer, soccer, locked-door-open) step from MuJoCo C's reset state: with reach t
 pair, joint and equality of the 22 scenes (checked by a test). Every scene is covered by the put_model, layout,
 control and kinematics tests (mocap-placed fixtures; each task's reset writes on MuJoCo C's settled state, all 22
 in one batch), and all 22 are compared over 20 expert steps by ``experiments/benchmarks/metaworld_mjx.py parity``
-(table in the README).
+(table in docs/metaworld_mjx.md).
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""The README's code blocks cannot rot.
+"""The README's code blocks, and those of the docs pages its quickstart hands over to, cannot rot.
+
+The blocks read are those of ``SOURCES``: the README, docs/usage.md (policies, episode pictures),
+docs/interop.md (gymnax and brax) and the launch recipes of docs/distributed.md.
 
 Fast tier: every ``imaginejax`` command of every shell block (also inside ``srun`` / ``gcloud ... --command``)
 is parsed by the command's own parser, and the configuration of ``train`` / ``bench`` / ``imagine`` is
@@ -27,21 +30,32 @@ from imaginejax import cli
 from imaginejax.bench.sweeps import check_algorithms
 
 REPO = Path(__file__).resolve().parents[1]
-README = REPO / "README.md"
+README_PATH = REPO / "README.md"
+# (file, the heading whose section is read or None for the whole file): the measurement commands of
+# docs/distributed.md's other sections use shell variables for their flags and are not a reader's recipe.
+SOURCES = [("README.md", None), ("docs/usage.md", None), ("docs/interop.md", None),
+           ("docs/distributed.md", "## Launching a job")]
 
 
-def blocks(language: str) -> list[tuple[int, str]]:
-    """(first line number, text) of every fenced block of ``language`` in the README."""
-    found, lines = [], README.read_text(encoding="utf-8").splitlines()
-    start = None
-    for number, line in enumerate(lines, 1):
-        if line.startswith("```"):
-            if start is None:
-                start, lang = number, line[3:].strip()
-            else:
-                if lang == language:
-                    found.append((start + 1, "\n".join(lines[start:number - 1])))
-                start = None
+def blocks(language: str) -> list[tuple[str, str]]:
+    """("file:first line", text) of every fenced block of ``language`` in ``SOURCES``."""
+    found = []
+    for name, section in SOURCES:
+        lines = (REPO / name).read_text(encoding="utf-8").splitlines()
+        first, last = 0, len(lines)
+        if section is not None:
+            first = lines.index(section)
+            last = next((i for i in range(first + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+        start = None
+        for number in range(first + 1, last + 1):
+            line = lines[number - 1]
+            if line.startswith("```"):
+                if start is None:
+                    start, lang = number, line[3:].strip()
+                else:
+                    if lang == language:
+                        found.append((f"{name}:{start + 1}", "\n".join(lines[start:number - 1])))
+                    start = None
     return found
 
 
@@ -71,18 +85,25 @@ def commands(text: str, program: str) -> list[list[str]]:
 def test_the_readme_has_the_blocks_this_test_reads():
     assert len(blocks("bash")) >= 6 and len(blocks("python")) >= 4
     assert sum(len(commands(text, "imaginejax")) for _, text in blocks("bash")) >= 10
+    readme = [where for where, _ in blocks("bash") + blocks("python") if where.startswith("README.md:")]
+    assert len(readme) >= 5  # make, install, Gymnasium, the quickstart's commands, fit() and export
+
+
+def test_the_chain_reads_each_block_it_runs_from_one_place():
+    for language, needle in CHAIN:
+        assert len([where for where, text in blocks(language) if needle in text]) == 1, needle
 
 
 @pytest.mark.parametrize("line,args", [(line, args) for line, text in blocks("bash")
                                        for args in commands(text, "imaginejax")],
-                         ids=lambda value: str(value) if isinstance(value, int) else " ".join(value[:2]))
+                         ids=lambda value: value if isinstance(value, str) else " ".join(value[:2]))
 def test_every_imaginejax_command_parses_and_its_configuration_checks(line, args, monkeypatch):
     """What a command checks before it works: its flags, and for train / bench / imagine the whole
     configuration with every algorithm's hyperparameters (bench.check_algorithms)."""
     try:
         parsed = cli._build_parser().parse_args(args)
     except SystemExit:
-        pytest.fail(f"README.md line {line}: imaginejax {' '.join(args)} does not parse")
+        pytest.fail(f"{line}: imaginejax {' '.join(args)} does not parse")
     if parsed.command in ("train", "bench", "imagine"):
         extra = ["train.algos=[" + ", ".join(f'"{a}"' for a in parsed.algo) + "]"] if getattr(parsed, "algo", None) else []
         extra += [f"data.env={parsed.env}"] if getattr(parsed, "env", None) else []
@@ -120,15 +141,20 @@ def test_the_unbound_name_check_finds_a_name_used_before_it_is_defined():
     assert _unbound_names(ast.parse("a = obs\nobs = 1\nb = [x for x in obs]\nf = lambda y: y + a")) == [(1, "obs")]
 
 
-@pytest.mark.parametrize("line,text", blocks("python"), ids=lambda value: str(value) if isinstance(value, int) else "")
+@pytest.mark.parametrize("line,text", blocks("python"), ids=[where for where, _ in blocks("python")])
 def test_every_python_block_compiles_and_defines_what_it_uses(line, text):
-    tree = ast.parse(text, filename=f"README.md:{line}")
+    tree = ast.parse(text, filename=line)
     unbound = _unbound_names(tree)
-    assert not unbound, f"README.md line {line}: used before it is defined: " + ", ".join(
+    assert not unbound, f"{line}: used before it is defined: " + ", ".join(
         f"{name} (block line {at})" for at, name in unbound)
 
 
 # ----------------------------------------------------------------------------------- the chain, verbatim
+
+
+# The blocks the slow test runs, in the reader's order: (language, a string only that block holds).
+CHAIN = [("bash", "imaginejax collect"), ("python", "from imaginejax import fit"), ("bash", "imaginejax export"),
+         ("python", "Policy.load"), ("python", "import gymnasium")]
 
 
 def _block_with(language: str, needle: str) -> str:
@@ -137,8 +163,8 @@ def _block_with(language: str, needle: str) -> str:
 
 
 def test_the_readme_chain_runs_verbatim(tmp_path):
-    """collect -> imagine -> fit() -> export -> evaluate -> the Policy block, in a fresh directory with a fresh
-    cache, each as the README writes it."""
+    """collect -> imagine -> fit() -> export -> evaluate -> the Policy block (docs/usage.md) -> the Gymnasium
+    block, in a fresh directory with a fresh cache, each as the README and docs/usage.md write it."""
     env = dict(os.environ, IMAGINEJAX_HOME=str(tmp_path / "home"), MUJOCO_GL=os.environ.get("MUJOCO_GL", "egl"))
     exe = str(Path(sys.executable).parent / "imaginejax")
 
@@ -160,3 +186,35 @@ def test_the_readme_chain_runs_verbatim(tmp_path):
     python(_block_with("python", "import gymnasium"))
     assert (tmp_path / "ws" / "imagine" / "clevr-easy-imaginary" / "manifest.json").is_file()
     assert (tmp_path / "policy" / "policy.json").is_file()
+
+
+# ----------------------------------------------------------------------------------- links
+
+
+def _anchors(path: Path) -> set[str]:
+    """GitHub's anchors of a Markdown file's headings: lower case, punctuation but - and _ dropped, spaces
+    to -, a repeated heading numbered."""
+    found, seen, fenced = set(), {}, False
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        heading = None if fenced else re.match(r"^#{1,6}\s+(.*?)\s*#*\s*$", line)
+        if heading:
+            slug = re.sub(r"[^\w\- ]", "", heading.group(1).lower()).replace(" ", "-")
+            found.add(slug if slug not in seen else f"{slug}-{seen[slug]}")
+            seen[slug] = seen.get(slug, 0) + 1
+    return found
+
+
+def test_every_relative_link_of_the_readme_and_docs_reaches_a_file_and_heading():
+    broken = []
+    for page in [README_PATH, *sorted((REPO / "docs").rglob("*.md"))]:
+        text = re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.S)
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue
+            path, _, anchor = target.partition("#")
+            dest = (page.parent / path).resolve() if path else page
+            if not dest.exists() or (anchor and dest.suffix == ".md" and anchor not in _anchors(dest)):
+                broken.append(f"{page.relative_to(REPO)}: {target}")
+    assert not broken, broken

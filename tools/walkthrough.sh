@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A new user's walk through the README, outside the checkout: a fresh virtualenv, a non-editable install
-# from the repository's Git URL, then the README's commands and Python blocks verbatim, in order, each
-# with its output, exit status and wall-clock seconds. Writes the log to OUT/walkthrough.log.
+# from the repository's Git URL, then the README's commands and Python blocks verbatim, in order, with those
+# of the pages its quickstart hands over to (docs/usage.md: the policy; docs/interop.md: gymnax and brax),
+# each with its output, exit status and wall-clock seconds. Writes the log to OUT/walkthrough.log.
 #   bash tools/walkthrough.sh OUT [REPO_URL]     (REPO_URL default: file://<this checkout>)
 # The bench line of the README (the whole quick protocol, about an hour on 2 cores) is not run here.
 set -uo pipefail
@@ -28,11 +29,11 @@ block() {  # block 'first line' 'python text': a README Python block, run by the
   step "python  # README block: $1" "$OUT/venv/bin/python" -c "$2"
 }
 
-readme_block() {  # the text of the README's Python block containing $1
-  "$PY" - "$REPO/README.md" "$1" <<'EOF'
+readme_block() {  # the text of the one Python block containing $1 in the README or the docs pages it hands over to
+  "$PY" - "$1" "$REPO/README.md" "$REPO/docs/usage.md" "$REPO/docs/interop.md" <<'EOF'
 import re, sys
-text = open(sys.argv[1], encoding="utf-8").read()
-[block] = [b for b in re.findall(r"```python\n(.*?)```", text, re.S) if sys.argv[2] in b]
+text = "".join(open(path, encoding="utf-8").read() for path in sys.argv[2:])
+[block] = [b for b in re.findall(r"```python\n(.*?)```", text, re.S) if sys.argv[1] in b]
 print(block)
 EOF
 }
@@ -63,7 +64,7 @@ step "imaginejax evaluate policy/ --level train --seed 4 --frames frames/" \
   imaginejax evaluate policy/ --level train --seed 4 --frames frames/
 step "pip install \"imaginejax[gymnax,brax] @ git+<repository URL>\" && pip install --no-deps gymnax==1.0.1" \
   bash -c "pip install --quiet 'imaginejax[gymnax,brax] @ git+$URL' && pip install --quiet --no-deps gymnax==1.0.1"
-block "import jax; from brax..." "$(readme_block 'as_gymnax')"
+block "import jax; from brax..." "$(readme_block 'as_gymnax, as_brax')"
 step "imaginejax train --preset clevr-quick --algo cql --set train.algo.cql.sweep.alpha=[1,5,10]" \
   imaginejax train --preset clevr-quick --algo cql --set "train.algo.cql.sweep.alpha=[1,5,10]"
 step "imaginejax report \$IMAGINEJAX_HOME/train/clevr-quick" imaginejax report "$IMAGINEJAX_HOME/train/clevr-quick"
