@@ -42,7 +42,7 @@ def make_prdc(spec: Spec, net: NetConfig = NetConfig(), chunk: int = DEFAULT_CHU
     """
     if spec.discrete:
         raise ValueError("make_prdc needs a continuous action space (spec.discrete=False); for discrete "
-                         "actions use make_discrete_prdc")
+                         "actions use make_prdc_discrete")
     check_search_options(chunk, subset)
     td3bc = make_td3bc(spec, net)
 

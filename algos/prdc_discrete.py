@@ -7,8 +7,8 @@ the regulariser is the cross-entropy to the neighbour's action:
     (ô, â) = argmin_{(o_j, a_j) ∈ D}  β² ‖o − o_j‖² + ‖π_φ(·|o) − e_{a_j}‖²                    (no gradient)
     L(φ) = −λ E[Σ_a π_φ(a|o) Q_θ1(o, a)] + E[−log π_φ(â|o)],   λ = α / E|Σ_a π_φ(a|o) Q_θ1(o, a)|
 
-The rest is discrete TD3+BC's update (:mod:`imaginejax.algos.td3bc_discrete`); the search
-set as in :mod:`imaginejax.algos.prdc`. Derivation: docs/algorithms/prdc.md.
+The rest is discrete TD3+BC's update (:mod:`imaginejax.algos.td3bc_discrete`); the search set as in
+:mod:`imaginejax.algos.prdc`. Derivation: docs/algorithms/prdc.md.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from imaginejax.algos.common import Datasets, take_action_values
 from imaginejax.algos.neighbors import DEFAULT_CHUNK, batch_neighbor, check_search_options
 from imaginejax.algos.networks import NetConfig
 from imaginejax.algos.td3bc import TD3BCState
-from imaginejax.algos.td3bc_discrete import DiscreteTD3BCHyperparams, make_discrete_td3bc
+from imaginejax.algos.td3bc_discrete import DiscreteTD3BCHyperparams, make_td3bc_discrete
 from imaginejax.data.types import Batch
 
 
@@ -33,14 +33,14 @@ class DiscretePRDCHyperparams(DiscreteTD3BCHyperparams):
     beta: jax.Array
 
 
-def make_discrete_prdc(spec: Spec, net: NetConfig = NetConfig(), chunk: int = DEFAULT_CHUNK,
+def make_prdc_discrete(spec: Spec, net: NetConfig = NetConfig(), chunk: int = DEFAULT_CHUNK,
                        subset: int | None = None) -> Algorithm:
     """Discrete PRDC for a discrete ``spec`` on discrete TD3+BC's networks ``net``; chunk, subset as
     :func:`~imaginejax.algos.prdc.make_prdc`."""
     if not spec.discrete:
-        raise ValueError("make_discrete_prdc needs a discrete action space; for continuous actions use make_prdc")
+        raise ValueError("make_prdc_discrete needs a discrete action space; for continuous actions use make_prdc")
     check_search_options(chunk, subset)
-    td3bc = make_discrete_td3bc(spec, net)
+    td3bc = make_td3bc_discrete(spec, net)
 
     def default_hp(spec_: Spec) -> DiscretePRDCHyperparams:
         return DiscretePRDCHyperparams(**vars(td3bc.default_hp(spec_)), beta=jnp.float32(2.0))

@@ -62,10 +62,10 @@ def discrete_actor_loss(logits: jax.Array, q1: jax.Array, action: jax.Array,
                   "policy_accuracy": (jnp.argmax(logits, -1) == action).mean()}
 
 
-def make_discrete_td3bc(spec: Spec, net: NetConfig = NetConfig()) -> Algorithm:
+def make_td3bc_discrete(spec: Spec, net: NetConfig = NetConfig()) -> Algorithm:
     """Discrete TD3+BC for a discrete ``spec``; the state is a :class:`~imaginejax.algos.td3bc.TD3BCState`."""
     if not spec.discrete:
-        raise ValueError("make_discrete_td3bc needs a discrete action space; for continuous actions use "
+        raise ValueError("make_td3bc_discrete needs a discrete action space; for continuous actions use "
                          "imaginejax.algos.td3bc.make_td3bc")
     actor = EncodedMLP(net, out=spec.action_dim)
     critic = TwinDiscreteCritic(net, spec.action_dim)

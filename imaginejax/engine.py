@@ -70,6 +70,7 @@ import numpy as np
 from flax import struct
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from imaginejax.algos import checkpoint_name
 from imaginejax.algos.base import Algorithm, Spec
 from imaginejax.algos.common import DataStats, Datasets
 from imaginejax.checkpoint import (CheckpointError, Interrupted, flatten_named, list_checkpoints,
@@ -465,7 +466,7 @@ class Trainer:
                      shared: PyTree) -> str:
         """Hash of everything that determines a chunk's computation (to refuse a foreign checkpoint)."""
         digest = hashlib.sha256()
-        digest.update(repr((self.algo.name, self.spec, self.config, self.levels)).encode())
+        digest.update(repr((checkpoint_name(self.algo), self.spec, self.config, self.levels)).encode())
         for leaf in [keys, ratio, imag_rows] + jax.tree.leaves(hp):
             digest.update(np.ascontiguousarray(leaf).tobytes())
         digest.update(repr([(x.shape, str(x.dtype)) for x in jax.tree.leaves(shared)]).encode())
