@@ -150,13 +150,13 @@ def select_by_q(candidates: jax.Array, q1: jax.Array) -> jax.Array:
     return jnp.take_along_axis(candidates, jnp.argmax(q1, axis=1)[:, None, None], axis=1)[:, 0]
 
 
-def make_continuous_bcq(spec: Spec, net: NetConfig = NetConfig(),
-                        config: ContinuousBCQConfig = ContinuousBCQConfig()) -> Algorithm:
+def make_bcq(spec: Spec, net: NetConfig = NetConfig(),
+             config: ContinuousBCQConfig = ContinuousBCQConfig()) -> Algorithm:
     """Continuous BCQ for a continuous ``spec``: language encoders of shapes ``net`` (``net.hidden`` unused),
     heads, latent width and candidate counts from ``config``."""
     if spec.discrete:
-        raise ValueError("make_continuous_bcq needs a continuous action space (spec.discrete=False); for "
-                         "discrete actions use make_bcq (discrete BCQ, with its action filter)")
+        raise ValueError("make_bcq needs a continuous action space (spec.discrete=False); for "
+                         "discrete actions use make_bcq_discrete (discrete BCQ, with its action filter)")
     for field in ("target_samples", "act_samples"):
         if getattr(config, field) < 1:
             raise ValueError(f"ContinuousBCQConfig.{field} must be >= 1, got {getattr(config, field)}")
@@ -243,5 +243,5 @@ def make_continuous_bcq(spec: Spec, net: NetConfig = NetConfig(),
         cands = candidates(state.vae_params, state.actor_params, obs, key, config.act_samples, hp)
         return select_by_q(cands, first_critic_apply(critic, state.critic_params, obs, cands))
 
-    return Algorithm(name="bcq_continuous", init=init, update=update, act=act, default_hp=default_hp)
+    return Algorithm(name="bcq", init=init, update=update, act=act, default_hp=default_hp)
 

@@ -95,11 +95,11 @@ def bcq_loss(q: jax.Array, logits: jax.Array, action: jax.Array, target: jax.Arr
                   "q_data": q_data.mean(), "imitation_accuracy": (jnp.argmax(logits, -1) == action).mean()}
 
 
-def make_bcq(spec: Spec, net: NetConfig = NetConfig(), share_encoder: bool = True) -> Algorithm:
+def make_bcq_discrete(spec: Spec, net: NetConfig = NetConfig(), share_encoder: bool = True) -> Algorithm:
     """Discrete BCQ for a discrete ``spec``: encoder and heads of shapes ``net``, one encoder or two."""
     if not spec.discrete:
-        raise ValueError("make_bcq is discrete BCQ: spec.discrete must be True (continuous BCQ, with its "
-                         "VAE and perturbation network, is make_continuous_bcq)")
+        raise ValueError("make_bcq_discrete is discrete BCQ: spec.discrete must be True (continuous BCQ, with "
+                         "its VAE and perturbation network, is make_bcq)")
     model = QImitationNet(net, spec.action_dim, share_encoder)
 
     def default_hp(spec_: Spec) -> BCQHyperparams:
@@ -139,4 +139,4 @@ def make_bcq(spec: Spec, net: NetConfig = NetConfig(), share_encoder: bool = Tru
         allowed = action_filter(logits, hp.threshold)
         return jax.random.categorical(key, jnp.where(allowed, q, -jnp.inf)).astype(jnp.int32)
 
-    return Algorithm(name="bcq", init=init, update=update, act=act, default_hp=default_hp)
+    return Algorithm(name="bcq_discrete", init=init, update=update, act=act, default_hp=default_hp)

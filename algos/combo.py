@@ -120,7 +120,7 @@ def make_combo(spec: Spec, net: NetConfig = SAC_NET, config: ComboConfig = Combo
     environment's termination predicate for model rollouts (None: never terminal)."""
     if spec.discrete:
         raise ValueError("make_combo is continuous COMBO (spec.discrete must be False); for discrete actions "
-                         "use imaginejax.algos.combo_discrete.make_discrete_combo")
+                         "use imaginejax.algos.combo_discrete.make_combo_discrete")
     check_terminal_fn(terminal_fn)
     actor, critic = TanhGaussianActor(net, spec.action_dim), TwinCritic(net)
     ensemble = make_ensemble(config.dynamics, spec.state_dim)

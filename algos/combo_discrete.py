@@ -45,12 +45,12 @@ class DiscreteComboHyperparams:
     model_warmup: jax.Array
 
 
-def make_discrete_combo(spec: Spec, net: NetConfig = NetConfig(), config: ComboConfig = ComboConfig(),
+def make_combo_discrete(spec: Spec, net: NetConfig = NetConfig(), config: ComboConfig = ComboConfig(),
                         terminal_fn: TerminalFn | None = None, double_q: bool = True) -> Algorithm:
     """Discrete COMBO for a discrete ``spec``: Q-network ``net``, model settings ``config`` (K unused),
     termination predicate for model rollouts (None: never terminal), double-DQN target or plain max."""
     if not spec.discrete:
-        raise ValueError("make_discrete_combo needs a discrete action space (spec.discrete=True); for continuous "
+        raise ValueError("make_combo_discrete needs a discrete action space (spec.discrete=True); for continuous "
                          "actions use imaginejax.algos.combo.make_combo")
     check_terminal_fn(terminal_fn)
     model = EncodedMLP(net, out=spec.action_dim)

@@ -244,11 +244,11 @@ def act_tanh_gaussian(actor: TanhGaussianActor, actor_params: dict, obs: jax.Arr
     return sample_tanh_gaussian(key, mean, log_std)[0]
 
 
-def make_continuous_cql(spec: Spec, net: NetConfig = SAC_NET, num_action_samples: int = 10) -> Algorithm:
+def make_cql(spec: Spec, net: NetConfig = SAC_NET, num_action_samples: int = 10) -> Algorithm:
     """Continuous CQL for a continuous ``spec``: actor and critic heads ``net`` (3×256), K proposals per source."""
     if spec.discrete:
-        raise ValueError("make_continuous_cql needs a continuous action space (spec.discrete=False); for "
-                         "discrete actions use imaginejax.algos.cql_discrete.make_cql")
+        raise ValueError("make_cql needs a continuous action space (spec.discrete=False); for "
+                         "discrete actions use imaginejax.algos.cql_discrete.make_cql_discrete")
     if num_action_samples < 1:
         raise ValueError(f"num_action_samples must be >= 1, got {num_action_samples}")
     actor = TanhGaussianActor(net, spec.action_dim)
@@ -268,4 +268,4 @@ def make_continuous_cql(spec: Spec, net: NetConfig = SAC_NET, num_action_samples
         """obs (B, S+E) raw -> (B, A): tanh(μ), or a sample of π."""
         return act_tanh_gaussian(actor, state.actor_params, state.stats.observation(obs), key, deterministic)
 
-    return Algorithm(name="cql_continuous", init=init, update=update, act=act, default_hp=continuous_cql_default_hp)
+    return Algorithm(name="cql", init=init, update=update, act=act, default_hp=continuous_cql_default_hp)

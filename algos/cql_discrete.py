@@ -107,11 +107,11 @@ def act_discrete_q(model: EncodedMLP, params: dict, obs: jax.Array, key: jax.Arr
     return jax.random.categorical(key, q).astype(jnp.int32)
 
 
-def make_cql(spec: Spec, net: NetConfig = NetConfig(), double_q: bool = True) -> Algorithm:
+def make_cql_discrete(spec: Spec, net: NetConfig = NetConfig(), double_q: bool = True) -> Algorithm:
     """Discrete CQL for a discrete ``spec`` (n = spec.action_dim) with a Q-network of shapes ``net``."""
     if not spec.discrete:
-        raise ValueError("make_cql is discrete CQL: spec.discrete must be True (for continuous actions use "
-                         "imaginejax.algos.cql.make_continuous_cql)")
+        raise ValueError("make_cql_discrete is discrete CQL: spec.discrete must be True (for continuous actions "
+                         "use imaginejax.algos.cql.make_cql)")
     model = EncodedMLP(net, out=spec.action_dim)
 
     def default_hp(spec_: Spec) -> CQLHyperparams:
@@ -131,4 +131,4 @@ def make_cql(spec: Spec, net: NetConfig = NetConfig(), double_q: bool = True) ->
             deterministic: bool = True) -> jax.Array:
         return act_discrete_q(model, state.params, obs, key, deterministic)
 
-    return Algorithm(name="cql", init=init, update=update, act=act, default_hp=default_hp)
+    return Algorithm(name="cql_discrete", init=init, update=update, act=act, default_hp=default_hp)

@@ -8,10 +8,13 @@ On o = s̃ ⊕ e(ℓ) (state normalised with the real data's statistics, instruc
     L(φ) = −λ E[Q_θ1(o, π_φ(o))] + E[(π_φ(o) − a)²],   λ = α / E|Q_θ1(o, π_φ(o))|  (no gradient in λ)
     φ' ← (1 − τ) φ' + τ φ,   θ' ← (1 − τ) θ' + τ θ            (actor and targets when k mod policy_freq = 0)
 
-The actor loss is taken at the just-updated critic. Notes: docs/algorithms/td3bc.md.
+The actor loss is taken at the just-updated critic; ``update``'s ``bc_target`` replaces the BC target a
+(PRDC: the nearest dataset neighbour's action). Notes: docs/algorithms/td3bc.md.
 """
 
 from __future__ import annotations
+
+from typing import Callable
 
 import chex
 import jax
@@ -75,6 +78,14 @@ def actor_loss(q1_pi: jax.Array, pi: jax.Array, action: jax.Array,
     return loss, {"actor_loss": loss, "lambda": lam, "bc_mse": bc}
 
 
+BCTarget = Callable[[Batch, jax.Array], tuple[jax.Array, dict[str, jax.Array]]]
+
+
+def dataset_action(batch: Batch, pi: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """TD3+BC's BC target, the batch's own action: batch, π(o) (B, A) or logits (B, n) -> (a, no metrics)."""
+    return batch.action, {}
+
+
 def make_td3bc(spec: Spec, net: NetConfig = NetConfig()) -> Algorithm:
     """TD3+BC for a continuous ``spec``; actor and each critic have heads ``net`` (the reference's 256×256)."""
     if spec.discrete:
@@ -98,8 +109,9 @@ def make_td3bc(spec: Spec, net: NetConfig = NetConfig()) -> Algorithm:
                           critic_opt=adam(hp.critic_lr).init(critic_params), step=jnp.zeros((), jnp.int32),
                           stats=stats)
 
-    def update(state: TD3BCState, batch: Batch, key: jax.Array, hp: TD3BCHyperparams,
-               data: Datasets) -> tuple[TD3BCState, dict[str, jax.Array]]:
+    def update(state: TD3BCState, batch: Batch, key: jax.Array, hp: TD3BCHyperparams, data: Datasets,
+               bc_target: BCTarget = dataset_action) -> tuple[TD3BCState, dict[str, jax.Array]]:
+        """One step; ``bc_target(batch, π(o))`` (no gradient) gives the BC term's target and its metrics."""
         del data
         obs = state.stats.observation(batch.observation)
         next_obs = state.stats.observation(batch.next_observation)
@@ -119,7 +131,9 @@ def make_td3bc(spec: Spec, net: NetConfig = NetConfig()) -> Algorithm:
 
         def actor_loss_fn(params):
             pi = actor.apply(params, obs)
-            return actor_loss(first_critic_apply(critic, critic_params, obs, pi), pi, batch.action, hp.alpha)
+            target_action, target_metrics = bc_target(batch, jax.lax.stop_gradient(pi))
+            loss, metrics = actor_loss(first_critic_apply(critic, critic_params, obs, pi), pi, target_action, hp.alpha)
+            return loss, {**metrics, **target_metrics}
 
         a_grads, a_metrics = jax.grad(actor_loss_fn, has_aux=True)(state.actor_params)
 

@@ -7,7 +7,8 @@ and the target the expectation under the (already smooth) categorical target pol
     L(φ) = −λ E[Σ_a π_φ(a|o) Q_θ1(o, a)] + E[−log π_φ(a|o)],    λ = α / E|Σ_a π_φ(a|o) Q_θ1(o, a)|
 
 Its stationary actor is π(b|s) = p(b|s) / (1 − λ (Q(s, b) − V^π(s))), p the data's action distribution.
-Schedule, targets and normalisation as TD3+BC. Derivation: docs/algorithms/td3bc_discrete.md.
+Schedule, targets and normalisation as TD3+BC; ``update``'s ``bc_target`` replaces the cross-entropy's
+target a as in TD3+BC. Derivation: docs/algorithms/td3bc_discrete.md.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from imaginejax.algos.base import Algorithm, Spec
 from imaginejax.algos.common import (DataStats, Datasets, adam, adam_step, masked_step, periodic_polyak_update,
                                      take_action_values, td_target, twin_critic_loss)
 from imaginejax.algos.networks import EncodedMLP, NetConfig, TwinDiscreteCritic, first_critic_apply
-from imaginejax.algos.td3bc import TD3BCState
+from imaginejax.algos.td3bc import BCTarget, TD3BCState, dataset_action
 from imaginejax.data.types import Batch
 
 
@@ -61,10 +62,10 @@ def discrete_actor_loss(logits: jax.Array, q1: jax.Array, action: jax.Array,
                   "policy_accuracy": (jnp.argmax(logits, -1) == action).mean()}
 
 
-def make_discrete_td3bc(spec: Spec, net: NetConfig = NetConfig()) -> Algorithm:
+def make_td3bc_discrete(spec: Spec, net: NetConfig = NetConfig()) -> Algorithm:
     """Discrete TD3+BC for a discrete ``spec``; the state is a :class:`~imaginejax.algos.td3bc.TD3BCState`."""
     if not spec.discrete:
-        raise ValueError("make_discrete_td3bc needs a discrete action space; for continuous actions use "
+        raise ValueError("make_td3bc_discrete needs a discrete action space; for continuous actions use "
                          "imaginejax.algos.td3bc.make_td3bc")
     actor = EncodedMLP(net, out=spec.action_dim)
     critic = TwinDiscreteCritic(net, spec.action_dim)
@@ -83,8 +84,9 @@ def make_discrete_td3bc(spec: Spec, net: NetConfig = NetConfig()) -> Algorithm:
                           critic_opt=adam(hp.critic_lr).init(critic_params), step=jnp.zeros((), jnp.int32),
                           stats=stats)
 
-    def update(state: TD3BCState, batch: Batch, key: jax.Array, hp: DiscreteTD3BCHyperparams,
-               data: Datasets) -> tuple[TD3BCState, dict[str, jax.Array]]:
+    def update(state: TD3BCState, batch: Batch, key: jax.Array, hp: DiscreteTD3BCHyperparams, data: Datasets,
+               bc_target: BCTarget = dataset_action) -> tuple[TD3BCState, dict[str, jax.Array]]:
+        """One step; ``bc_target(batch, logits z(o))`` (no gradient) gives the cross-entropy's target action."""
         del key, data
         obs = state.stats.observation(batch.observation)
         next_obs = state.stats.observation(batch.next_observation)
@@ -101,9 +103,14 @@ def make_discrete_td3bc(spec: Spec, net: NetConfig = NetConfig()) -> Algorithm:
         critic_params, critic_opt = adam_step(state.critic_params, c_grads, state.critic_opt)
 
         q1 = jax.lax.stop_gradient(first_critic_apply(critic, critic_params, obs))  # (B, n), once
-        a_grads, a_metrics = jax.grad(
-            lambda params: discrete_actor_loss(actor.apply(params, obs), q1, batch.action, hp.alpha),
-            has_aux=True)(state.actor_params)
+
+        def actor_loss_fn(params):
+            logits = actor.apply(params, obs)
+            target_action, target_metrics = bc_target(batch, jax.lax.stop_gradient(logits))
+            loss, metrics = discrete_actor_loss(logits, q1, target_action, hp.alpha)
+            return loss, {**metrics, **target_metrics}
+
+        a_grads, a_metrics = jax.grad(actor_loss_fn, has_aux=True)(state.actor_params)
 
         count = state.step + 1
         due = (count % jnp.maximum(hp.policy_freq, 1)) == 0

@@ -21,7 +21,7 @@ import pytest
 from imaginejax import algos, envs
 from imaginejax.algos.base import Spec
 from imaginejax.algos.combo import ComboConfig
-from imaginejax.algos.combo_discrete import make_discrete_combo
+from imaginejax.algos.combo_discrete import make_combo_discrete
 from imaginejax.algos.networks import NetConfig
 from imaginejax.bench.workspace import random_policy_success
 from imaginejax.data import to_transitions
@@ -44,7 +44,7 @@ SMALL_COMBO = ComboConfig(rollout_batch=5000, rollout_interval=1000)
 
 def _build(name: str, spec: Spec):
     if name == "combo":
-        return make_discrete_combo(spec, NET, SMALL_COMBO)
+        return make_combo_discrete(spec, NET, SMALL_COMBO)
     return algos.make(name, spec, NET)
 
 

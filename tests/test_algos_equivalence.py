@@ -27,9 +27,9 @@ from imaginejax.algos.cql import continuous_cql_critic_objective
 from imaginejax.algos.networks import (MLP, LanguageEncoder, NetConfig, TwinCritic, TwinDiscreteCritic,
                                        first_critic_apply)
 from imaginejax.algos.prdc import make_prdc
-from imaginejax.algos.prdc_discrete import make_discrete_prdc
+from imaginejax.algos.prdc_discrete import make_prdc_discrete
 from imaginejax.algos.td3bc import make_td3bc
-from imaginejax.algos.td3bc_discrete import make_discrete_td3bc
+from imaginejax.algos.td3bc_discrete import make_td3bc_discrete
 from imaginejax.data.types import Batch, Transitions
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments" / "benchmarks"))
@@ -216,8 +216,8 @@ def test_prdc_with_the_row_itself_as_neighbour_is_td3bc_bit_for_bit(discrete):
     batch = Batch(state=real.state[rows], embedding=real.embeddings[real.instruction[rows]], action=real.action[rows],
                   reward=real.reward[rows], next_state=real.next_state[rows], terminal=real.terminal[rows],
                   imaginary=jnp.zeros((len(rows),), bool))
-    td3bc = (make_discrete_td3bc if discrete else make_td3bc)(spec, NET)
-    prdc = (make_discrete_prdc if discrete else make_prdc)(spec, NET, chunk=64)
+    td3bc = (make_td3bc_discrete if discrete else make_td3bc)(spec, NET)
+    prdc = (make_prdc_discrete if discrete else make_prdc)(spec, NET, chunk=64)
     hp_t = td3bc.default_hp(spec).replace(policy_freq=jnp.int32(1))
     hp_p = prdc.default_hp(spec).replace(policy_freq=jnp.int32(1), beta=jnp.float32(1e3))
     data = Datasets.of(real, jax.tree.map(lambda x: x[:1], real))

@@ -19,11 +19,11 @@ import toy_continuous_env as reach
 from toy_env import NUM_TASKS, STATE_DIM, ToyEnv, expert_dataset
 
 from imaginejax.algos.base import Spec
-from imaginejax.algos.bcq_discrete import make_bcq
-from imaginejax.algos.cql_discrete import make_cql
+from imaginejax.algos.bcq_discrete import make_bcq_discrete
+from imaginejax.algos.cql_discrete import make_cql_discrete
 from imaginejax.algos.networks import NetConfig
 from imaginejax.algos.td3bc import make_td3bc
-from imaginejax.algos.td3bc_discrete import make_discrete_td3bc
+from imaginejax.algos.td3bc_discrete import make_td3bc_discrete
 from imaginejax.data.transitions import to_transitions
 from imaginejax.training.kernel import EngineConfig, broadcast_runs
 from imaginejax.training.loop import make_train
@@ -52,7 +52,7 @@ def _discrete_trainer(algo, intervals: int = 4, updates: int = 100):
 
 
 def test_cql_three_alphas_in_one_call(wrong_majority):
-    algo = make_cql(DISCRETE, SMALL)
+    algo = make_cql_discrete(DISCRETE, SMALL)
     hp = broadcast_runs(algo.default_hp(DISCRETE).replace(
         learning_rate=jnp.float32(1e-3), target_update_interval=jnp.int32(50)), 3)
     hp = hp.replace(alpha=jnp.asarray([0.0, 1.0, 10.0], jnp.float32))
@@ -68,7 +68,7 @@ def test_cql_three_alphas_in_one_call(wrong_majority):
 
 
 def test_bcq_learns_beyond_imitation(wrong_majority):
-    algo = make_bcq(DISCRETE, SMALL)
+    algo = make_bcq_discrete(DISCRETE, SMALL)
     hp = broadcast_runs(algo.default_hp(DISCRETE).replace(
         learning_rate=jnp.float32(1e-3), target_update_interval=jnp.int32(50)), 2)
     result = _discrete_trainer(algo).train(jax.random.split(jax.random.PRNGKey(3), 2), hp,
@@ -79,7 +79,7 @@ def test_bcq_learns_beyond_imitation(wrong_majority):
 
 
 def test_discrete_td3bc_learns_beyond_imitation(wrong_majority):
-    algo = make_discrete_td3bc(DISCRETE, SMALL)
+    algo = make_td3bc_discrete(DISCRETE, SMALL)
     hp = broadcast_runs(algo.default_hp(DISCRETE).replace(
         actor_lr=jnp.float32(1e-3), critic_lr=jnp.float32(1e-3)), 2)
     result = _discrete_trainer(algo).train(jax.random.split(jax.random.PRNGKey(6), 2), hp,

@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 
 from imaginejax.algos.base import Spec
-from imaginejax.algos.bcq_discrete import action_filter, bcq_loss, filtered_argmax, make_bcq
+from imaginejax.algos.bcq_discrete import action_filter, bcq_loss, filtered_argmax, make_bcq_discrete
 from imaginejax.algos.common import (DataStats, huber, periodic_polyak_update,
                                      td_target, twin_critic_loss)
-from imaginejax.algos.cql_discrete import cql_loss, make_cql, next_state_value
+from imaginejax.algos.cql_discrete import cql_loss, make_cql_discrete, next_state_value
 from imaginejax.algos.networks import NetConfig, TwinCritic
 from imaginejax.algos.td3bc import actor_loss, make_td3bc, smoothed_target_action
-from imaginejax.algos.td3bc_discrete import discrete_actor_loss, expected_next_value, make_discrete_td3bc
+from imaginejax.algos.td3bc_discrete import discrete_actor_loss, expected_next_value, make_td3bc_discrete
 from imaginejax.data.types import Batch, Transitions
 
 NET = NetConfig(encoder_width=8, hidden=(8,))
@@ -134,7 +134,7 @@ def test_double_q_and_max_next_values():
 def test_cql_update_with_fixed_q_values_40_actions():
     """Q ≡ b for every observation, b = 0 except b_7 = 2, n = 40 (CLEVR's action count)."""
     spec = Spec(S, E, True, 40)
-    algo = make_cql(spec, NET)
+    algo = make_cql_discrete(spec, NET)
     bias = jnp.zeros(40).at[7].set(2.0)
     state = algo.init(jax.random.PRNGKey(0), spec, DataStats.identity(S), algo.default_hp(spec))
     params = _constant_head(state.params, ("params", "MLP_0", "out"), bias)
@@ -157,7 +157,7 @@ def test_cql_update_with_fixed_q_values_40_actions():
 
 def test_cql_hard_target_update_interval():
     spec = Spec(S, E, True, 4)
-    algo = make_cql(spec, NET)
+    algo = make_cql_discrete(spec, NET)
     hp = algo.default_hp(spec).replace(target_update_interval=jnp.int32(3), learning_rate=jnp.float32(1e-2))
     state = algo.init(jax.random.PRNGKey(0), spec, DataStats.identity(S), hp)
     batch = _batch([0, 1], [1.0, 0.0], [1.0, 0.0])
@@ -203,7 +203,7 @@ def test_bcq_loss_hand_computed():
 def test_bcq_target_and_action_use_the_filter(share_encoder):
     """Q ≡ (1, 3, 10, 2), π_b ≡ (0.5, 0.2, 0.1, 0.2): the target bootstraps from Q(s', 1) = 3, not 10."""
     spec = Spec(S, E, True, 4)
-    algo = make_bcq(spec, NET, share_encoder=share_encoder)
+    algo = make_bcq_discrete(spec, NET, share_encoder=share_encoder)
     hp = algo.default_hp(spec).replace(gamma=jnp.float32(0.9))
     state = algo.init(jax.random.PRNGKey(0), spec, DataStats.identity(S), hp)
     params = _constant_head(state.params, ("params", "q_head", "out"), Q_BCQ[0])
@@ -325,13 +325,13 @@ def test_td3bc_acts_on_normalised_states():
 
 def test_make_functions_refuse_the_wrong_action_space():
     with pytest.raises(ValueError, match="discrete"):
-        make_cql(Spec(S, E, False, 2), NET)
+        make_cql_discrete(Spec(S, E, False, 2), NET)
     with pytest.raises(ValueError, match="discrete"):
-        make_bcq(Spec(S, E, False, 2), NET)
+        make_bcq_discrete(Spec(S, E, False, 2), NET)
     with pytest.raises(ValueError, match="continuous"):
         make_td3bc(Spec(S, E, True, 4), NET)
     with pytest.raises(ValueError, match="discrete"):
-        make_discrete_td3bc(Spec(S, E, False, 2), NET)
+        make_td3bc_discrete(Spec(S, E, False, 2), NET)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -361,7 +361,7 @@ def test_discrete_td3bc_expected_next_value():
 
 def test_discrete_td3bc_delayed_actor_update():
     spec = Spec(S, E, True, 4)
-    algo = make_discrete_td3bc(spec, NET)
+    algo = make_td3bc_discrete(spec, NET)
     hp = algo.default_hp(spec).replace(actor_lr=jnp.float32(1e-2), critic_lr=jnp.float32(1e-2))
     state0 = algo.init(jax.random.PRNGKey(0), spec, DataStats.identity(S), hp)
     batch = _batch(jnp.asarray([0, 1, 2]), [1.0, 0.0, 0.5], [1.0, 0.0, 0.0])

@@ -16,8 +16,8 @@ import pytest
 import toy_continuous_env as reach
 
 from imaginejax.algos.base import Spec
-from imaginejax.algos.bcq import ContinuousBCQConfig, make_continuous_bcq, select_by_q, soft_clipped_double_q, vae_loss
-from imaginejax.algos.bcq_discrete import make_bcq
+from imaginejax.algos.bcq import ContinuousBCQConfig, make_bcq, select_by_q, soft_clipped_double_q, vae_loss
+from imaginejax.algos.bcq_discrete import make_bcq_discrete
 from imaginejax.algos.common import DataStats
 from imaginejax.algos.networks import NetConfig
 from imaginejax.data.transitions import to_transitions
@@ -31,7 +31,7 @@ NET = NetConfig(encoder_width=WIDTH, hidden=(8,))
 LINEAR = ContinuousBCQConfig(vae_hidden=(), perturbation_hidden=(), critic_hidden=())
 SPEC = Spec(S, E, False, A)
 # One algorithm and its compiled functions for all the unit tests (one compilation each).
-ALGO = make_continuous_bcq(SPEC, NET, LINEAR)
+ALGO = make_bcq(SPEC, NET, LINEAR)
 UPDATE = jax.jit(ALGO.update)
 ID = DataStats.identity(S)  # no state normalisation
 ACT = jax.jit(ALGO.act, static_argnums=4)
@@ -94,10 +94,10 @@ def test_select_by_q():
 
 def test_refuses_discrete_spec_and_keeps_discrete_bcq():
     with pytest.raises(ValueError, match="continuous"):
-        make_continuous_bcq(Spec(S, E, True, 4), NET)
+        make_bcq(Spec(S, E, True, 4), NET)
     with pytest.raises(ValueError, match="latent_dim"):
-        make_continuous_bcq(SPEC, NET, ContinuousBCQConfig(latent_dim=0))
-    assert make_bcq(Spec(S, E, True, 4), NET).name == "bcq"  # the discrete API is unchanged
+        make_bcq(SPEC, NET, ContinuousBCQConfig(latent_dim=0))
+    assert make_bcq_discrete(Spec(S, E, True, 4), NET).name == "bcq_discrete"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -225,9 +225,8 @@ def test_learns_continuous_reach_through_the_engine():
     """Noisy reach data (random success ≈ 1.8 %, the data itself ≈ 7 %), 800 updates at batch 64."""
     real = to_transitions(reach.noisy_expert_dataset(1024))
     spec = Spec(reach.STATE_DIM, reach.NUM_TASKS, False, reach.ACTION_DIM)
-    algo = make_continuous_bcq(spec, NetConfig(encoder_width=32),
-                               ContinuousBCQConfig(vae_hidden=(64, 64), perturbation_hidden=(32,),
-                                                   critic_hidden=(32,)))
+    algo = make_bcq(spec, NetConfig(encoder_width=32),
+                    ContinuousBCQConfig(vae_hidden=(64, 64), perturbation_hidden=(32,), critic_hidden=(32,)))
     env = reach.ContinuousReachEnv()
     cfg = EngineConfig(batch_size=64, updates_per_interval=200, num_intervals=4, eval_episodes=128)
     trainer = make_train(algo, spec, cfg, {"train": (env, env.default_params())})

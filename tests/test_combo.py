@@ -18,7 +18,7 @@ from toy_env import NUM_TASKS, STATE_DIM, ToyEnv, expert_dataset
 
 from imaginejax.algos.base import Spec
 from imaginejax.algos.combo import ComboConfig, make_combo
-from imaginejax.algos.combo_discrete import make_discrete_combo
+from imaginejax.algos.combo_discrete import make_combo_discrete
 from imaginejax.algos.common import DataStats
 from imaginejax.algos.cql import continuous_cql_critic_objective
 from imaginejax.algos.cql_discrete import cql_loss
@@ -45,7 +45,7 @@ ALWAYS = lambda s, a, s2, e: jnp.ones(s.shape[:1], bool)  # one-step tasks: ever
 DYN_ENSEMBLE = make_ensemble(TINY_MODEL, S)
 DYN_STEP = jax.jit(functools.partial(dynamics_step, DYN_ENSEMBLE, TINY_MODEL))
 DISC_SPEC = Spec(S, E, True, 4)
-DISC_ALGO = make_discrete_combo(DISC_SPEC, NET, TINY)
+DISC_ALGO = make_combo_discrete(DISC_SPEC, NET, TINY)
 DISC_UPDATE = jax.jit(DISC_ALGO.update)
 
 
@@ -379,7 +379,7 @@ def test_discrete_combo_learns_beyond_imitation_three_betas_in_one_call():
     spec = Spec(STATE_DIM, NUM_TASKS, True, NUM_TASKS)
     config = ComboConfig(dynamics=DynamicsConfig(ensemble_size=3, num_elites=2, hidden=(64, 64)), rollout_batch=800,
                          rollout_interval=100, horizon=1)
-    algo = make_discrete_combo(spec, SMALL, config, terminal_fn=ALWAYS)
+    algo = make_combo_discrete(spec, SMALL, config, terminal_fn=ALWAYS)
     env = ToyEnv()
     cfg = EngineConfig(batch_size=32, updates_per_interval=100, num_intervals=4, eval_episodes=128)
     trainer = make_train(algo, spec, cfg, {"train": (env, env.default_params())})

@@ -17,7 +17,7 @@ import toy_continuous_env as reach
 from imaginejax.algos.base import Spec
 from imaginejax.algos.common import DataStats, RowWeights, twin_critic_loss
 from imaginejax.algos.cql import (continuous_cql_critic_objective, continuous_cql_regularizer, cql_action_samples,
-                                  make_continuous_cql, sac_actor_loss, temperature_loss)
+                                  make_cql, sac_actor_loss, temperature_loss)
 from imaginejax.algos.networks import SAC_NET, NetConfig, TwinCritic, sample_tanh_gaussian, tanh_gaussian_log_prob
 from imaginejax.data.transitions import to_transitions
 from imaginejax.data.types import Batch
@@ -28,7 +28,7 @@ NET = NetConfig(encoder_width=8, hidden=(8,))
 SMALL = NetConfig(encoder_width=32, hidden=(32,))
 S, E, A = 2, 3, 2
 SPEC = Spec(S, E, False, A)
-ALGO = make_continuous_cql(SPEC, NET)
+ALGO = make_cql(SPEC, NET)
 UPDATE = jax.jit(ALGO.update)  # one compilation shared by the update tests
 ID = DataStats.identity(S)  # no state normalisation
 
@@ -234,10 +234,10 @@ def test_lagrange_multiplier_only_moves_when_enabled():
     assert float(on.log_alpha_prime) == pytest.approx(-3e-4, rel=1e-3)
 
 
-def test_make_continuous_cql_refuses_discrete_and_defaults_to_3x256():
+def test_make_cql_refuses_discrete_and_defaults_to_3x256():
     with pytest.raises(ValueError, match="continuous"):
-        make_continuous_cql(Spec(S, E, True, 4))
-    algo = make_continuous_cql(SPEC)
+        make_cql(Spec(S, E, True, 4))
+    algo = make_cql(SPEC)
     hp = algo.default_hp(SPEC)
     assert (float(hp.actor_lr), float(hp.critic_lr), float(hp.alpha), float(hp.gamma), float(hp.tau)) == \
         pytest.approx((1e-4, 3e-4, 5.0, 0.99, 0.005))
@@ -271,7 +271,7 @@ def test_learns_reach_with_three_alphas_in_one_call():
     behaviour data ≈ 7 %)."""
     real = to_transitions(reach.noisy_expert_dataset(1024))
     spec = Spec(reach.STATE_DIM, reach.NUM_TASKS, False, reach.ACTION_DIM)
-    algo = make_continuous_cql(spec, SMALL)
+    algo = make_cql(spec, SMALL)
     env = reach.ContinuousReachEnv()
     cfg = EngineConfig(batch_size=64, updates_per_interval=200, num_intervals=5, eval_episodes=128)
     trainer = make_train(algo, spec, cfg, {"train": (env, env.default_params())})

@@ -202,6 +202,8 @@ HOSTILE_RECORDS = {  # case: (record fields changed, what the error says)
     "hidden layers of another network": ({"net": {**NET, "hidden": [32] * 3}}, r"hidden_2.*: export it again"),
     "widths as text": ({"net": {**NET, "hidden": "ab"}}, r"field net\.hidden is 'ab': not a list"),
     "unknown option": ({"options": {"config": {"x": 1}}}, r"options\.config is .*bc \(discrete\) has no such option"),
+    "variant of the other action space": ({"algo": "bc_continuous"},
+                                          r"field algo is 'bc_continuous': .* is bc for continuous actions"),
     "unknown field": ({"model_path": "/etc/passwd"}, r"field model_path is '/etc/passwd': not a field of a policy"),
     "encoder of another width": ({"encoder": None}, r"field encoder is None: not a table"),
     "tensors table edited": ({"tensors": {"x": {"dtype": "float32", "shape": [10**12]}}},
@@ -256,3 +258,23 @@ def test_a_policy_with_a_scalar_leaf_round_trips(tmp_path):
     loaded = Policy.load(policy.save(tmp_path / "bcq"))
     obs = np.random.default_rng(0).normal(size=(4, 10)).astype(np.float32)
     np.testing.assert_array_equal(loaded.predict(obs), policy.predict(obs))
+
+
+def test_a_record_naming_the_algorithm_by_its_variant_name_loads_as_the_algorithm(tmp_path):
+    """policy.json may name the algorithm as ``Algorithm.name`` spells it ("bcq_discrete"): the same policy."""
+    from imaginejax import algos
+    from imaginejax.algos.base import Spec
+    from imaginejax.algos.common import DataStats
+    from imaginejax.algos.networks import NetConfig
+    from imaginejax.policy import template
+
+    spec, net = Spec(10, 0, True, 40), NetConfig(16, 1, (16,))
+    algo = algos.make("bcq", spec, net)
+    hp = jax.tree.map(lambda x, t: np.asarray(x).reshape(t.shape), algo.default_hp(spec), template(algo, spec)[1])
+    state = algo.init(jax.random.PRNGKey(0), spec, DataStats.identity(10), hp)
+    policy = Policy.from_state(algo.name, spec, net, {}, "clevr", state, hp, {})
+    loaded = Policy.load(policy.save(tmp_path / "bcq"))
+    assert algo.name == loaded.algo == "bcq_discrete" and loaded.algorithm.name == algo.name
+    obs = np.random.default_rng(0).normal(size=(4, 10)).astype(np.float32)
+    np.testing.assert_array_equal(loaded.predict(obs), Policy.from_state("bcq", spec, net, {}, "clevr", state, hp,
+                                                                           {}).predict(obs))

@@ -29,7 +29,7 @@ from imaginejax.algos.common import Datasets, DataStats
 from imaginejax.algos.neighbors import nearest_neighbor, nearest_row
 from imaginejax.algos.networks import NetConfig
 from imaginejax.algos.prdc import make_prdc
-from imaginejax.algos.prdc_discrete import make_discrete_prdc
+from imaginejax.algos.prdc_discrete import make_prdc_discrete
 from imaginejax.data.transitions import to_transitions
 from imaginejax.data.types import Batch, Transitions
 from imaginejax.training.kernel import EngineConfig, broadcast_runs
@@ -190,7 +190,7 @@ def test_search_rejects_bad_arguments():
     with pytest.raises(ValueError, match="chunk"):
         make_prdc(Spec(S, E, False, A), NET, chunk=0)
     with pytest.raises(ValueError, match="subset"):
-        make_discrete_prdc(Spec(S, E, True, N_ACT), NET, subset=0)
+        make_prdc_discrete(Spec(S, E, True, N_ACT), NET, subset=0)
 
 
 def test_memory_is_per_chunk_not_per_dataset():
@@ -252,7 +252,7 @@ def test_prdc_regularises_towards_the_numpy_neighbour():
 
 def test_discrete_prdc_cross_entropy_to_the_numpy_neighbour_and_its_target():
     spec = Spec(S, E, True, N_ACT)
-    algo = make_discrete_prdc(spec, NET, chunk=64)
+    algo = make_prdc_discrete(spec, NET, chunk=64)
     rng = np.random.default_rng(5)
     real, imag = _buffer(rng, 300, 3, True), _buffer(rng, 200, 2, True)
     hp, norm = algo.default_hp(spec), DataStats.from_transitions(real)
@@ -335,7 +335,7 @@ def test_make_functions_refuse_the_wrong_action_space():
     with pytest.raises(ValueError, match="continuous"):
         make_prdc(Spec(S, E, True, N_ACT), NET)
     with pytest.raises(ValueError, match="discrete"):
-        make_discrete_prdc(Spec(S, E, False, A), NET)
+        make_prdc_discrete(Spec(S, E, False, A), NET)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -381,7 +381,7 @@ def test_discrete_prdc_three_alphas_with_a_wrong_majority():
     actions = np.where(wrong[:, None], (ds.actions + 1) % NUM_TASKS, ds.actions).astype(np.int32)
     rewards = (actions == ds.instruction_ids[:, None]).astype(np.float32)
     real = to_transitions(dataclasses.replace(ds, actions=actions, rewards=rewards))
-    algo = make_discrete_prdc(spec, SMALL)
+    algo = make_prdc_discrete(spec, SMALL)
     env = ToyEnv()
     cfg = EngineConfig(batch_size=32, updates_per_interval=100, num_intervals=4, eval_episodes=128)
     trainer = make_train(algo, spec, cfg, {"train": (env, env.default_params())})

@@ -12,7 +12,7 @@ from toy_env import NUM_TASKS, STATE_DIM, ToyEnv, expert_dataset
 
 from imaginejax.algos.base import Spec
 from imaginejax.algos.bc import BCHyperparams, make_bc
-from imaginejax.algos.cql_discrete import make_cql
+from imaginejax.algos.cql_discrete import make_cql_discrete
 from imaginejax.algos.networks import NetConfig
 from imaginejax.data.transitions import to_transitions
 from imaginejax.training import sweep as sweep_lib
@@ -43,7 +43,7 @@ def test_grid_table_and_engine_inputs():
     assert (first.seed, first.ratio, first.hp, first.config) == (3, 0.0, {"learning_rate": 1e-3, "alpha": 1.0}, 0)
     assert (last.seed, last.ratio, last.hp, last.config) == (4, 0.5, {"learning_rate": 1e-2, "alpha": 10.0}, 7)
     assert [s.seed for s in sweep.table[:4]] == [3, 4, 3, 4]  # seed innermost, configs contiguous
-    base = make_cql(SPEC, NET).default_hp(SPEC)
+    base = make_cql_discrete(SPEC, NET).default_hp(SPEC)
     arrays = sweep.build(base)
     assert arrays.keys.shape == (16, 2) and arrays.keys.dtype == np.uint32
     np.testing.assert_array_equal(arrays.keys[0], jax.random.PRNGKey(3))
@@ -67,7 +67,7 @@ def test_list_sweep_and_bad_names():
     with pytest.raises(ValueError, match="'lr' is not a hyperparameter.*learning_rate"):
         Sweep.grid(1, hp={"lr": [1.0]}).build(base)
     with pytest.raises(ValueError, match="integer"):
-        Sweep.grid(1, hp={"target_update_interval": [0.5]}).build(make_cql(SPEC, NET).default_hp(SPEC))
+        Sweep.grid(1, hp={"target_update_interval": [0.5]}).build(make_cql_discrete(SPEC, NET).default_hp(SPEC))
     with pytest.raises(ValueError, match="ratio"):
         Sweep.grid(1, ratios=[1.5])
     with pytest.raises(ValueError, match="seed"):

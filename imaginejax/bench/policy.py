@@ -447,7 +447,7 @@ def check_record(record: Mapping[str, Any], path: Path, tensors: Mapping[str, np
     if missing:
         raise PolicyError(f"{path}: field {missing[0]} is missing: export the policy again")
     algo, env = record["algo"], record["env"]
-    if not isinstance(algo, str) or algo not in algo_registry.registered():
+    if not isinstance(algo, str) or algo_registry.variant(algo)[0] not in algo_registry.registered():
         raise _refuse(path, "algo", algo, f"not a registered algorithm (valid: {', '.join(algo_registry.registered())})")
     if not isinstance(env, str) or env not in envs.registered():
         raise _refuse(path, "env", env, f"not a registered environment (valid: {', '.join(envs.registered())})")
@@ -511,8 +511,10 @@ def check_record(record: Mapping[str, Any], path: Path, tensors: Mapping[str, np
     options = record["options"]
     if not isinstance(options, dict):
         raise _refuse(path, "options", options, "not a table of the algorithm's static options")
-    valid = algo_registry.static_options(algo, spec.discrete)
-    factory = algo_registry._REGISTRY[algo][spec.discrete]
+    try:
+        factory, valid = algo_registry.factory(algo, spec.discrete), algo_registry.static_options(algo, spec.discrete)
+    except ValueError as error:
+        raise _refuse(path, "algo", algo, str(error)) from None
     for key, value in options.items():
         if key not in valid:
             raise _refuse(path, f"options.{key}", value, f"{algo} ({'discrete' if spec.discrete else 'continuous'}) "

@@ -32,6 +32,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from imaginejax.algos import checkpoint_name
 from imaginejax.algos.base import Algorithm, Spec
 from imaginejax.algos.common import DataStats
 from imaginejax.core.checkpoint import (CheckpointError, Interrupted, flatten_named, list_checkpoints, load_checkpoint,
@@ -129,7 +130,7 @@ class Trainer(Kernel):
                      shared: PyTree) -> str:
         """Hash of everything that determines a chunk's computation (to refuse a foreign checkpoint)."""
         digest = hashlib.sha256()
-        digest.update(repr((self.algo.name, self.spec, self.config, self.levels)).encode())
+        digest.update(repr((checkpoint_name(self.algo), self.spec, self.config, self.levels)).encode())
         for leaf in [keys, ratio, imag_rows] + jax.tree.leaves(hp):
             digest.update(np.ascontiguousarray(leaf).tobytes())
         digest.update(repr([(x.shape, str(x.dtype)) for x in jax.tree.leaves(shared)]).encode())
