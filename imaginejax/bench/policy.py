@@ -631,17 +631,18 @@ def trained_from_disk(sweep_dir: Path, algo: str, run: int) -> "TrainedRuns":
     from imaginejax.bench.config import Config, from_dict
     from imaginejax.bench.results import RETRAIN, SWEEP_FILE, TrainedRuns
     from imaginejax.bench.sweeps import algorithm_shapes
-    from imaginejax.bench.workspace import WORKSPACE_FILE, WORKSPACE_FIX
+    from imaginejax.bench.workspace import WORKSPACE_FILE, WORKSPACE_FIX, workspace_config
     from imaginejax.core.checkpoint import list_checkpoints, load_checkpoint
     from imaginejax.core.files import fields_of, read_json
     from imaginejax.lang import EMBED_DIM
 
     workspace = sweep_dir.parent.parent
-    if not (workspace / WORKSPACE_FILE).is_file():
+    found = workspace_config(sweep_dir) if (workspace / WORKSPACE_FILE).is_file() else None
+    if found is None:
         raise PolicyError(f"{sweep_dir} is not in a workspace ({workspace / WORKSPACE_FILE} is missing): its network and "
                           "options are recorded there; export from the workspace imaginejax train / bench wrote")
     with fields_of(workspace / WORKSPACE_FILE, WORKSPACE_FIX):
-        config = from_dict(Config, read_json(workspace / WORKSPACE_FILE, WORKSPACE_FIX)["config"])
+        config = from_dict(Config, found[1])
     net, options = algorithm_shapes(config.train, algo)
     env, _ = envs.make(config.data.env, "train")
     spec = Spec(state_dim=int(env.state_dim), embed_dim=EMBED_DIM if config.data.embed else 0,
