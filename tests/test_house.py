@@ -132,3 +132,15 @@ def test_walk_of_the_train_command(tmp_path):
     assert "| closure of `import pkg.app` (files / lines) | 5 /" in text
     assert "functions / files entered / file switches / returns / climbs back up | 6 / 3 / 10 / 8 / 1 |" in text
     assert "| 1 | low | 1 |" in text
+
+
+def test_a_layer_table_that_is_no_literal_is_read_by_importing_it(tmp_path):
+    make_package(tmp_path)
+    (tmp_path / "tests" / "test_layers.py").write_text(textwrap.dedent("""
+        ROOT_PACKAGE = "pkg"
+        NAMES = ("core", "low", "app")
+        LAYERS = tuple((rank, name, ("pkg.app", "pkg.cli") if name == "app" else ()) for rank, name in enumerate(NAMES))
+        """))
+    layers, root = house.read_layers(tmp_path)
+    assert root == "pkg" and layers[2] == (2, "app", ("pkg.app", "pkg.cli"))
+    assert house.House.read(tmp_path).rank("pkg.cli") == (2, "app")

@@ -22,7 +22,8 @@ What is read:
   relative imports are resolved. An import is *load-time* when it runs when its module is imported:
   outside every function body and outside ``if TYPE_CHECKING:`` (class bodies and module-level
   ``try``/``if`` run). An *edge* is one (importer, imported) pair, listed with the lines that make it.
-* **layers** — ``LAYERS`` and ``ROOT_PACKAGE`` of ``tests/test_layers.py`` (read as literals), the
+* **layers** — ``LAYERS`` and ``ROOT_PACKAGE`` of ``tests/test_layers.py`` (read as literals; a table
+  that is no literal is read by importing that file), the
   table of ``docs/architecture.md``: a module's rank is that of its longest matching prefix.
 
 The numbers:
@@ -188,17 +189,28 @@ def imported_modules(module: str, path: Path, known: set[str]) -> list[tuple[int
 
 
 def read_layers(root: Path) -> tuple[tuple, str]:
-    """(LAYERS, ROOT_PACKAGE) of ``tests/test_layers.py``, read as literals (nothing is executed)."""
+    """(LAYERS, ROOT_PACKAGE) of ``tests/test_layers.py``: read as literals (nothing is executed), or, where
+    the table is no literal, by importing that file."""
     path = Path(root) / "tests" / "test_layers.py"
     values = {}
     for node in ast.parse(path.read_text()).body:
         target = node.target if isinstance(node, ast.AnnAssign) else (
             node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None)
         if isinstance(target, ast.Name) and target.id in ("LAYERS", "ROOT_PACKAGE") and node.value is not None:
-            values[target.id] = ast.literal_eval(node.value)
+            try:
+                values[target.id] = ast.literal_eval(node.value)
+            except ValueError:
+                values.clear()
+                break
     if "LAYERS" not in values:
-        raise LookupError(f"{path} has no literal LAYERS table")
-    return values["LAYERS"], values.get("ROOT_PACKAGE", root_package(root))
+        import importlib.util
+
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        spec = importlib.util.spec_from_file_location("_house_test_layers", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        values = {"LAYERS": module.LAYERS, "ROOT_PACKAGE": getattr(module, "ROOT_PACKAGE", None)}
+    return tuple(values["LAYERS"]), values.get("ROOT_PACKAGE") or root_package(root)
 
 
 def layer_of(module: str, layers, root_pkg: str) -> tuple[int, str]:
@@ -333,6 +345,17 @@ class House:
         return dict(sorted(out.items()))
 
     # -- closure
+    def find_module(self, name: str) -> str:
+        """A module by its dotted name, else by its last parts (``report`` -> ``imaginejax.report`` or, after
+        a move, ``imaginejax.bench.report``) when exactly one module ends so."""
+        if name in self.modules:
+            return name
+        found = [m for m in self.modules if m.endswith("." + name)]
+        if len(found) != 1:
+            raise SystemExit(f"--closure {name}: {'no module' if not found else 'several modules: ' + ', '.join(found)}"
+                             " ends so; give the dotted name")
+        return found[0]
+
     def ancestors(self, module: str) -> list[str]:
         parts = module.split(".")
         return [".".join(parts[:i]) for i in range(1, len(parts)) if ".".join(parts[:i]) in self.modules]
@@ -1058,14 +1081,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", type=Path, default=HERE_ROOT, help="repository root (default: this one)")
     parser.add_argument("--out", type=Path, default=None, help="write the markdown here (default: stdout)")
     parser.add_argument("--closure", action="append", default=None, metavar="MODULE",
-                        help="module whose import closure is counted (repeatable; default: <package>.report)")
+                        help="module whose import closure is counted: a dotted name, or its last parts when they "
+                             "name one module (repeatable; default: report, i.e. <package>.report wherever it lives)")
     parser.add_argument("--walk-command", default="train", help="CLI command whose handler starts the walk")
     parser.add_argument("--walk-start", default=None, metavar="MODULE:FUNCTION",
                         help="start the walk here instead (FUNCTION may be Class.method)")
     parser.add_argument("--no-runtime", action="store_true", help="skip the runtime check of the closures")
     args = parser.parse_args(argv)
     house = House.read(args.root)
-    closure = args.closure or [m for m in (f"{house.top}.report",) if m in house.modules]
+    closure = [house.find_module(name) for name in (args.closure or ["report"])]
     text = render(house, closure, args.walk_command, args.walk_start, runtime=not args.no_runtime)
     if args.out:
         args.out.write_text(text + "\n")
