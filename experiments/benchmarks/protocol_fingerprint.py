@@ -2,6 +2,7 @@
 
     python experiments/benchmarks/protocol_fingerprint.py save DIR
     python experiments/benchmarks/protocol_fingerprint.py compare DIR_A DIR_B
+    python experiments/benchmarks/protocol_fingerprint.py recollect DIR   # rebuild DIR/fingerprint only
 
 ``save`` runs the protocol on small budgets through the package's public surface only — the command line
 (the ``imaginejax`` script's entry point, read from ``[project.scripts]`` of the repository's
@@ -33,11 +34,17 @@ What is kept (``DIR/fingerprint/``): ``arrays.npz`` + ``arrays.json`` (the array
 ``DIR/home``: arrays of ``.npz`` and ``.safetensors`` files and of the last checkpoint step of each
 orbax checkpoint folder (``<step>/arrays/tree``, read with orbax itself); contents of ``.json``,
 ``.jsonl``, ``.csv``, ``.md``, ``.txt`` files and of each command's stdout; the names of all other files
-(pictures, logs, the checkpoints' own files). Left out, so that two runs of the same code agree: values
-under keys that are wall-clock times or rates (``seconds``, ``created_at``, ``tokens_per_s`` ..., see
-``TIME_KEY``; CSV columns alike), ``train.log`` / ``*.log`` and stderr (timings, progress bars), and
-absolute paths (``DIR``, the repository, the interpreter's prefix are replaced by ``<DIR>``, ``<REPO>``,
-``<PREFIX>``). ``timings.json`` records how long each stage took; ``compare`` ignores it.
+(pictures, logs, the checkpoints' own files). Left out, so that two runs of the same code agree:
+
+* values under keys that are wall-clock times or rates (``seconds``, ``created_at``, ``tokens_per_s`` ...,
+  see ``TIME_KEY``); CSV columns and checkpoint arrays alike (a checkpoint's ``history/seconds``);
+* the SHA-256 of ``.npz`` files in dataset manifests (a zip member records its write time; the arrays
+  themselves are kept) and the list of orbax's own files in a checkpoint manifest (random names);
+* ``train.log`` / ``*.log`` and stderr (timings, progress bars);
+* absolute paths: ``DIR``, the repository and the interpreter's prefix become ``<DIR>``, ``<REPO>``,
+  ``<PREFIX>``.
+
+``timings.json`` records how long each stage took; ``compare`` ignores it.
 
 ``compare`` prints one line per item (an array, or a file's record): ``bitwise equal``, or the largest
 difference and where it is; items present on one side only are differences. Exit status 1 on any
@@ -177,18 +184,28 @@ def save(directory: Path) -> None:
     for name, argv in stages(work):
         timings[name] = run_stage(name, argv, env, work)
     timings["fit"] = run_stage("fit", [str(work)], env, work, python_code=FIT_SCRIPT)
+    timings["total"] = time.perf_counter() - total
+    write_fingerprint(directory, timings)
+
+
+def write_fingerprint(directory: Path, timings: dict[str, float] | None = None) -> None:
+    """DIR/fingerprint/ from the files under DIR/work and DIR/home (again, after a change of what is kept:
+    ``recollect DIR``; the stages' timings stay)."""
+    directory = directory.resolve()
+    out = directory / FINGERPRINT
+    if timings is None:
+        timings = json.loads((out / "timings.json").read_text()) if (out / "timings.json").is_file() else {}
     start = time.perf_counter()
     arrays, records = collect(directory)
-    out = directory / FINGERPRINT
-    out.mkdir()
+    out.mkdir(exist_ok=True)
     names = sorted(arrays)
     np.savez(out / "arrays.npz", **{f"a{i:05d}": arrays[n] for i, n in enumerate(names)})
     (out / "arrays.json").write_text(json.dumps({f"a{i:05d}": n for i, n in enumerate(names)}, indent=1))
     (out / "records.json").write_text(json.dumps(records, indent=1, sort_keys=True))
     timings["fingerprint"] = time.perf_counter() - start
-    timings["total"] = time.perf_counter() - total
     (out / "timings.json").write_text(json.dumps(timings, indent=1))
-    print(f"{len(arrays)} arrays, {len(records)} records -> {out} ({timings['total']:.0f}s in total)")
+    print(f"{len(arrays)} arrays, {len(records)} records -> {out} (stages and fingerprint: "
+          f"{timings.get('total', 0) + timings['fingerprint']:.0f}s)")
 
 
 class Scrubber:
@@ -206,7 +223,10 @@ class Scrubber:
 
     def json(self, value: Any) -> Any:
         if isinstance(value, dict):
-            return {self.text(k): self.json(v) for k, v in value.items() if not TIME_KEY.search(str(k))}
+            # An .npz file's SHA-256 follows the clock: zip members carry their write time.
+            npz = str(value.get("file", "")).endswith(".npz")
+            return {self.text(k): self.json(v) for k, v in value.items()
+                    if not TIME_KEY.search(str(k)) and not (npz and k == "sha256")}
         if isinstance(value, list):
             return [self.json(v) for v in value]
         if isinstance(value, str):
@@ -231,7 +251,9 @@ def collect(directory: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         if step is not None:
             checkpoint_dirs.add(step)
             if path.parent == step / "arrays" and path.name == "manifest.json":
-                records[rel] = scrub.json(json.loads(path.read_text()))
+                manifest = json.loads(path.read_text())
+                manifest.pop("files", None)  # orbax's own files: random names, write-time metadata
+                records[rel] = scrub.json(manifest)
             continue
         suffix = path.suffix
         if path.name.endswith(SKIP_SUFFIXES):
@@ -264,7 +286,8 @@ def collect(directory: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
             continue
         rel = scrub.text(step_dir.relative_to(directory).as_posix())
         for key, value in sorted(_flatten(restore_orbax(step_dir)).items()):
-            arrays[f"{rel}::{key}"] = value
+            if not TIME_KEY.search(key):  # e.g. history/seconds: each interval's wall-clock time
+                arrays[f"{rel}::{key}"] = value
     records["(other files)"] = sorted(other)
     records["(checkpoint steps)"] = sorted(scrub.text(d.relative_to(directory).as_posix()) for d in checkpoint_dirs)
     return arrays, records
@@ -418,12 +441,17 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("save", help="run the protocol and save its fingerprint into DIR (new or empty)")
     p.add_argument("dir", type=Path)
+    p = sub.add_parser("recollect", help="rebuild DIR/fingerprint from the files a save left (no rerun)")
+    p.add_argument("dir", type=Path)
     p = sub.add_parser("compare", help="compare two saved fingerprints; exit 1 on any difference")
     p.add_argument("dir_a", type=Path)
     p.add_argument("dir_b", type=Path)
     args = parser.parse_args(argv)
     if args.command == "save":
         save(args.dir)
+        return 0
+    if args.command == "recollect":
+        write_fingerprint(args.dir)
         return 0
     return compare(args.dir_a, args.dir_b)
 
