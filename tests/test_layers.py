@@ -6,15 +6,15 @@ function-local, parsed with ``ast``, never executed) are checked against it.
 
 from __future__ import annotations
 
-import ast
 import pathlib
+import sys
 
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-# Source folder -> the package it installs as (pyproject.toml, package-dir).
-PACKAGE_DIRS = {"imaginejax": "imaginejax", "envs": "imaginejax.envs", "data": "imaginejax.data",
-                "algos": "imaginejax.algos"}
+# The parser of modules and imports is tools/house.py's (the drawing of the house reads the same graph).
+sys.path.insert(0, str(ROOT / "tools"))
+import house  # noqa: E402
 
 ROOT_PACKAGE = "imaginejax"
 # (rank, layer, module prefixes). A module belongs to the layer of its longest matching prefix; it may
@@ -52,45 +52,15 @@ LAYERS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
 
 def layer_of(module: str) -> tuple[int, str]:
     """(rank, layer name) of a dotted module name, by its longest prefix in :data:`LAYERS`."""
-    best: tuple[int, int, str] = (-1, -1, "")
-    for rank, name, prefixes in LAYERS:
-        for prefix in prefixes:
-            # The root package names only its own __init__: a new top-level module needs its own entry.
-            covers = module == prefix or (prefix != ROOT_PACKAGE and module.startswith(prefix + "."))
-            if covers and len(prefix) > best[0]:
-                best = (len(prefix), rank, name)
-    if best[0] < 0:
-        raise LookupError(f"{module} is in no layer of tests/test_layers.py LAYERS; add its prefix there")
-    return best[1], best[2]
+    return house.layer_of(module, LAYERS, ROOT_PACKAGE)
 
 
 def source_modules() -> dict[str, pathlib.Path]:
-    """Dotted module name -> file, for every module of the installed package."""
-    modules = {}
-    for folder, package in PACKAGE_DIRS.items():
-        for path in sorted((ROOT / folder).rglob("*.py")):
-            parts = path.relative_to(ROOT / folder).with_suffix("").parts
-            name = ".".join((package, *parts))
-            modules[name.removesuffix(".__init__")] = path
-    return modules
+    """Dotted module name -> file, for every module of the installed package (pyproject's package-dir)."""
+    return house.source_modules(ROOT)
 
 
-def imported_modules(module: str, path: pathlib.Path, known: set[str]) -> list[tuple[int, str]]:
-    """(line, dotted target) of every ``imaginejax`` import in a file, function-local ones included;
-    ``from package import name`` counts as importing ``package.name`` when that is a module."""
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    found = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            found += [(node.lineno, alias.name) for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join(anchor + ([node.module] if node.module else []))
-            for alias in node.names:
-                found.append((node.lineno, f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base))
-    return sorted({(line, target) for line, target in found if target.split(".")[0] == "imaginejax"})
+imported_modules = house.imported_modules
 
 
 def violations() -> list[str]:
