@@ -7,7 +7,7 @@ summarise them; ``imaginejax.Policy.from_results`` / ``Policy.load`` give a trai
 
 from typing import Any
 
-__version__ = "0.1.0"
+from imaginejax.core import __version__
 
 # Resolved on first use, so importing a lower layer never loads the application (tests/test_layers.py).
 _ENTRY_POINTS = {"fit": "imaginejax.api:fit", "Policy": "imaginejax.bench.policy:Policy",

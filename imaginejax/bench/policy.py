@@ -34,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 import safetensors.numpy
 
-from imaginejax import __version__
+from imaginejax.core import __version__
 from imaginejax import algos as algo_registry
 from imaginejax.algos.base import Algorithm, Spec
 from imaginejax.algos.common import DataStats

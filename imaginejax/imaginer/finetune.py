@@ -59,7 +59,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Final, Literal
+from typing import Any, Callable, Final
 
 import jax
 import jax.numpy as jnp
@@ -79,6 +79,7 @@ from imaginejax.imaginer.kalm import (TASKS, KalmBatch, KalmConfig, KalmCorpus, 
 from imaginejax.imaginer.llama import LlamaConfig, Params, init_params
 from imaginejax.imaginer.loading import (load_gguf, load_gguf_tokenizer, load_hf_checkpoint, load_hf_tokenizer,
                                          smollm2_gguf_path)
+from imaginejax.imaginer.records import RUN_FORMAT, RUN_SCHEMA_VERSION, Preset
 
 __all__ = [
     "Preset", "PRESETS", "get_preset", "TrainState", "Imaginer", "FinetuneResult", "BaseModel",
@@ -89,101 +90,10 @@ __all__ = [
 LLAMA2_DIR_ENV: Final[str] = "IMAGINEJAX_LLAMA2_DIR"
 RUN_FILE, TOKENIZER_FILE, HISTORY_FILE, CHECKPOINT_DIR = ("run.json", "tokenizer.json", "history.json",
                                                           "checkpoints")
-RUN_FORMAT: Final[str] = "imaginejax-kalm-run"
-RUN_SCHEMA_VERSION: Final[int] = 1
 
 
 # ---------------------------------------------------------------------------------------------------
 # Presets
-
-
-@dataclasses.dataclass(frozen=True)
-class Preset:
-    """Everything that defines a fine-tuning run besides the data.
-
-    Attributes:
-      name: preset name (recorded in provenance).
-      source: ``"random"`` (fresh Llama of ``architecture``), ``"gguf"`` or ``"hf"`` (pretrained).
-      architecture: LlamaConfig fields for ``"random"`` (the vocabulary size is the tokenizer's).
-      model_path: GGUF file / Hugging Face directory; None: SmolLM2's packaged GGUF for ``"gguf"``,
-        ``$IMAGINEJAX_LLAMA2_DIR`` for ``"hf"``.
-      tokenizer: ``"smollm2"`` (the GGUF's tokenizer) or ``"model"`` (the checkpoint's own).
-      start_token, end_token: text-format tokens by name; ``start_id``/``end_id`` override them.
-      dtype: parameter dtype of the backbone (``"float32"`` or ``"bfloat16"``).
-      lora_rank: 0 for full fine-tuning, r > 0 for LoRA; ``lora_alpha``: its scale numerator;
-        ``lora_targets``: the adapted projections (:data:`~imaginejax.imaginer.lora.LORA_TARGETS`).
-      learning_rate, warmup_steps, weight_decay, grad_clip, adam_b2: the optimiser.
-      num_steps: micro-batches (train-step calls); ``grad_accum`` micro-batches per update.
-      batch_sizes: rows per task per micro-batch (0 drops a task, e.g. for KALM's ablations).
-      task_weights: per-task loss weights (default 1).
-      max_steps: cap on trajectory steps used by the rollout/explanation tasks (None: the longest).
-      predict_initial_state: the rollout task also predicts s0 from the instruction (KALM's
-        layout). Off by default: generation takes s0 from the environment's reset distribution,
-        so that term only adds irreducible loss (the reset distribution's spread, ≈ 1 in
-        normalised units) that swamps the rollout state metric.
-      state_loss_weight: weight of the state MSE in each task's loss (KALM: 0.5, as the action
-        loss; the ``tiny`` preset uses 2.0, see below).
-      state_prediction: what the state head predicts: ``"delta"`` (default; the normalised change
-        from the previous state, see :mod:`~imaginejax.imaginer.kalm`) or ``"absolute"`` (KALM's
-        choice; set it to reproduce KALM exactly).
-      log_every, checkpoint_every, max_to_keep: progress and checkpoint cadence.
-      seed: model initialisation and batch order.
-    """
-
-    name: str
-    source: Literal["random", "gguf", "hf"]
-    architecture: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    model_path: str | None = None
-    tokenizer: Literal["smollm2", "model"] = "model"
-    start_token: str | None = "<|im_start|>"
-    end_token: str | None = "<|im_end|>"
-    start_id: int | None = None
-    end_id: int | None = None
-    dtype: str = "float32"
-    lora_rank: int = 0
-    lora_alpha: float = 16.0
-    lora_targets: tuple[str, ...] = lora_lib.ATTENTION_TARGETS
-    learning_rate: float = 1e-3
-    warmup_steps: int = 20
-    weight_decay: float = 0.01
-    grad_clip: float = 1.0
-    adam_b2: float = 0.99
-    num_steps: int = 600
-    grad_accum: int = 1
-    batch_sizes: Mapping[str, int] = dataclasses.field(default_factory=lambda: {
-        "rollout": 16, "dynamics": 32, "consequence": 16, "explanation": 8})
-    task_weights: Mapping[str, float] = dataclasses.field(default_factory=dict)
-    max_steps: int | None = None
-    predict_initial_state: bool = False
-    state_loss_weight: float = 0.5
-    state_prediction: str = "delta"
-    log_every: int = 20
-    checkpoint_every: int = 200
-    max_to_keep: int = 2
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "lora_targets", tuple(self.lora_targets))
-        unknown = set(self.lora_targets) - set(lora_lib.LORA_TARGETS)
-        if unknown:
-            raise ValueError(f"preset {self.name!r}: unknown lora_targets {sorted(unknown)}; valid: "
-                             f"{', '.join(lora_lib.LORA_TARGETS)}")
-
-    def replace(self, **changes: Any) -> Preset:
-        """A copy with fields changed (unknown names raise TypeError)."""
-        return dataclasses.replace(self, **changes)
-
-    def to_json(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
-        data["architecture"] = dict(self.architecture)
-        data["batch_sizes"] = dict(self.batch_sizes)
-        data["task_weights"] = dict(self.task_weights)
-        data["lora_targets"] = list(self.lora_targets)
-        return data
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Preset:
-        return cls(**dict(data))
 
 
 TINY_ARCHITECTURE: Final[dict[str, Any]] = dict(

@@ -5,7 +5,8 @@ A record is JSON anyone can edit: every field must have its type, lie within bou
 rebuilt model to a size this package trains (a backbone up to Llama-2-70B's shapes), and agree with the
 fields it depends on (normaliser width = state width, token ids within the vocabulary). A record never
 names a file to open: ``preset.model_path`` is refused unless the caller gives the path itself, and
-``backbone`` (where the run's backbone came from) is provenance, never read back.
+``backbone`` (where the run's backbone came from) is provenance, never read back. The record's format
+and the fine-tuning :class:`Preset` it holds are defined here, so checking a record needs no model code.
 """
 
 from __future__ import annotations
@@ -13,10 +14,102 @@ from __future__ import annotations
 import dataclasses
 import math
 from pathlib import Path
-from typing import Any, Final, Mapping
+from typing import Any, Final, Literal, Mapping
 
 from imaginejax.core.files import field_problem
 from imaginejax.imaginer import lora
+
+RUN_FORMAT: Final[str] = "imaginejax-kalm-run"
+RUN_SCHEMA_VERSION: Final[int] = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Preset:
+    """Everything that defines a fine-tuning run besides the data.
+
+    Attributes:
+      name: preset name (recorded in provenance).
+      source: ``"random"`` (fresh Llama of ``architecture``), ``"gguf"`` or ``"hf"`` (pretrained).
+      architecture: LlamaConfig fields for ``"random"`` (the vocabulary size is the tokenizer's).
+      model_path: GGUF file / Hugging Face directory; None: SmolLM2's packaged GGUF for ``"gguf"``,
+        ``$IMAGINEJAX_LLAMA2_DIR`` for ``"hf"``.
+      tokenizer: ``"smollm2"`` (the GGUF's tokenizer) or ``"model"`` (the checkpoint's own).
+      start_token, end_token: text-format tokens by name; ``start_id``/``end_id`` override them.
+      dtype: parameter dtype of the backbone (``"float32"`` or ``"bfloat16"``).
+      lora_rank: 0 for full fine-tuning, r > 0 for LoRA; ``lora_alpha``: its scale numerator;
+        ``lora_targets``: the adapted projections (:data:`~imaginejax.imaginer.lora.LORA_TARGETS`).
+      learning_rate, warmup_steps, weight_decay, grad_clip, adam_b2: the optimiser.
+      num_steps: micro-batches (train-step calls); ``grad_accum`` micro-batches per update.
+      batch_sizes: rows per task per micro-batch (0 drops a task, e.g. for KALM's ablations).
+      task_weights: per-task loss weights (default 1).
+      max_steps: cap on trajectory steps used by the rollout/explanation tasks (None: the longest).
+      predict_initial_state: the rollout task also predicts s0 from the instruction (KALM's
+        layout). Off by default: generation takes s0 from the environment's reset distribution,
+        so that term only adds irreducible loss (the reset distribution's spread, ≈ 1 in
+        normalised units) that swamps the rollout state metric.
+      state_loss_weight: weight of the state MSE in each task's loss (KALM: 0.5, as the action
+        loss; the ``tiny`` preset uses 2.0, see below).
+      state_prediction: what the state head predicts: ``"delta"`` (default; the normalised change
+        from the previous state, see :mod:`~imaginejax.imaginer.kalm`) or ``"absolute"`` (KALM's
+        choice; set it to reproduce KALM exactly).
+      log_every, checkpoint_every, max_to_keep: progress and checkpoint cadence.
+      seed: model initialisation and batch order.
+    """
+
+    name: str
+    source: Literal["random", "gguf", "hf"]
+    architecture: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    model_path: str | None = None
+    tokenizer: Literal["smollm2", "model"] = "model"
+    start_token: str | None = "<|im_start|>"
+    end_token: str | None = "<|im_end|>"
+    start_id: int | None = None
+    end_id: int | None = None
+    dtype: str = "float32"
+    lora_rank: int = 0
+    lora_alpha: float = 16.0
+    lora_targets: tuple[str, ...] = lora.ATTENTION_TARGETS
+    learning_rate: float = 1e-3
+    warmup_steps: int = 20
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    adam_b2: float = 0.99
+    num_steps: int = 600
+    grad_accum: int = 1
+    batch_sizes: Mapping[str, int] = dataclasses.field(default_factory=lambda: {
+        "rollout": 16, "dynamics": 32, "consequence": 16, "explanation": 8})
+    task_weights: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    max_steps: int | None = None
+    predict_initial_state: bool = False
+    state_loss_weight: float = 0.5
+    state_prediction: str = "delta"
+    log_every: int = 20
+    checkpoint_every: int = 200
+    max_to_keep: int = 2
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "lora_targets", tuple(self.lora_targets))
+        unknown = set(self.lora_targets) - set(lora.LORA_TARGETS)
+        if unknown:
+            raise ValueError(f"preset {self.name!r}: unknown lora_targets {sorted(unknown)}; valid: "
+                             f"{', '.join(lora.LORA_TARGETS)}")
+
+    def replace(self, **changes: Any) -> Preset:
+        """A copy with fields changed (unknown names raise TypeError)."""
+        return dataclasses.replace(self, **changes)
+
+    def to_json(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["architecture"] = dict(self.architecture)
+        data["batch_sizes"] = dict(self.batch_sizes)
+        data["task_weights"] = dict(self.task_weights)
+        data["lora_targets"] = list(self.lora_targets)
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Preset:
+        return cls(**dict(data))
 
 RUN_FIELDS: Final[tuple[str, ...]] = (
     "format", "schema_version", "preset", "kalm_config", "text_format", "layout", "normalizer",
@@ -97,8 +190,6 @@ def _llama(path: Path, field: str, value: Any) -> None:
 
 
 def _preset(path: Path, preset: Mapping[str, Any], trusted_model_path: bool) -> None:
-    from imaginejax.imaginer.finetune import Preset
-
     fields = {f.name for f in dataclasses.fields(Preset)}
     for key in preset:
         if key not in fields:
@@ -147,8 +238,6 @@ def check_run_record(record: Any, path: Path, *, shipped: bool = False, trusted_
     Raises:
       RunRecordError: naming the file, the field, the value and the fix.
     """
-    from imaginejax.imaginer.finetune import RUN_FORMAT, RUN_SCHEMA_VERSION
-
     record = _table(path, "(the record)", record)
     allowed = RUN_FIELDS + (SHIPPED_FIELDS if shipped else ())
     for key in record:
