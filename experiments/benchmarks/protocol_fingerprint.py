@@ -132,8 +132,8 @@ FIT_SCRIPT = textwrap.dedent("""
              "task_success": {k: list(v) for k, v in r.task_success.items()}, "finite": r.finite}
             for r in results.runs]
     (out / "results.json").write_text(json.dumps({"runs": runs, "levels": list(results.levels),
-                                                  "table": results.table()}, indent=1))
-    policy = results.policy(seed=1)
+                                                  "table": imaginejax.table(results)}, indent=1))
+    policy = imaginejax.Policy.from_results(results, seed=1)
     policy.save(work / "fit-policy")
     loaded = imaginejax.Policy.load(work / "fit-policy")
     obs = np.asarray(real.states[:, 0], np.float32)
