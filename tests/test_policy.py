@@ -266,7 +266,7 @@ def test_a_record_naming_the_algorithm_by_its_variant_name_loads_as_the_algorith
     from imaginejax.algos.base import Spec
     from imaginejax.algos.common import DataStats
     from imaginejax.algos.networks import NetConfig
-    from imaginejax.policy import template
+    from imaginejax.bench.policy import template
 
     spec, net = Spec(10, 0, True, 40), NetConfig(16, 1, (16,))
     algo = algos.make("bcq", spec, net)
