@@ -24,7 +24,7 @@ from imaginejax import algos as algo_registry
 from imaginejax.bench.config import Config, ConfigError, apply_override, from_dict, read_preset, validate
 from imaginejax.bench.datasets import DataArg
 from imaginejax.bench.results import Results
-from imaginejax.core.paths import absolute
+from imaginejax.core.paths import absolute, enable_compilation_cache
 from imaginejax.core.runlog import log_stderr
 from imaginejax.data import TrajectoryDataset
 
@@ -189,6 +189,7 @@ def fit(algo: str | Sequence[str] = "bc", env: str = "clevr",
     if out is None and jax.process_count() > 1:
         raise ConfigError(f"fit() in a job of {jax.process_count()} processes needs out=: a workspace on storage "
                           "every process sees (each process's temporary directory would be its own)")
+    enable_compilation_cache()
     config = configure(algo, env, imaginary=imaginary is not None, seeds=seeds, ratios=ratios, hp=hp,
                        updates=updates, intervals=intervals, batch_size=batch_size, eval_levels=eval_levels,
                        eval_episodes=eval_episodes, preset=preset, overrides=overrides)

@@ -38,7 +38,7 @@ from typing import Callable
 
 from imaginejax.bench.config import ConfigError, available_presets, describe, load_config, resolve
 from imaginejax.core.files import write_text
-from imaginejax.core.paths import absolute
+from imaginejax.core.paths import absolute, enable_compilation_cache
 
 
 def _log(message: str) -> None:
@@ -435,7 +435,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _guarded(command: str, run: Callable[[], int], *, multiprocess: bool = False) -> int:
-    """``run()``'s exit status, with the errors that name their fix as one line (status 2) and Ctrl-C as
+    """``run()``'s exit status (JAX's persistent compilation cache on: :func:`~imaginejax.core.paths.
+    enable_compilation_cache`), with the errors that name their fix as one line (status 2) and Ctrl-C as
     one line saying how to resume (status 130). In a job of several processes (``multiprocess``) every
     ending exits the process at once: the others learn of it by the missing heartbeat instead of waiting
     at the shutdown barrier until its timeout."""
@@ -448,6 +449,7 @@ def _guarded(command: str, run: Callable[[], int], *, multiprocess: bool = False
             from imaginejax.core import distributed
 
             joined = distributed.initialize()
+        enable_compilation_cache()
         return run()
     except (ValueError, CheckpointError, MissingDependency, FileExistsError, FileNotFoundError) as error:
         # ValueError covers ConfigError and DatasetError, and the engine's / imaginer's refusals
