@@ -8,6 +8,7 @@ recorded relative to one working directory means something else from another.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
@@ -49,7 +50,7 @@ def enable_compilation_cache() -> Path | None:
         return None
     directory = cache_root() / "jax-cache"
     jax.config.update("jax_compilation_cache_dir", str(directory))
-    if jax.config.jax_compilation_cache_max_size < 0:
-        jax.config.update("jax_compilation_cache_max_size", COMPILATION_CACHE_BYTES)
+    if jax.config.jax_compilation_cache_max_size < 0 and importlib.util.find_spec("filelock") is not None:
+        jax.config.update("jax_compilation_cache_max_size", COMPILATION_CACHE_BYTES)  # jax bounds it under a file lock
     compilation_cache.reset_cache()  # a process that compiled before this call decided "no cache" then
     return directory
