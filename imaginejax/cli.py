@@ -413,6 +413,7 @@ def _demo(argv: list[str]) -> int:
 
 
 RESUMABLE = ("collect", "imagine", "train", "bench", "demo")  # re-running continues from what was saved
+COMPILING = (*RESUMABLE, "evaluate")  # the commands that compile programs (the others need not import jax)
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "collect": _collect, "imagine": _imagine, "train": _train, "bench": _bench, "report": _report,
     "export": _export, "evaluate": _evaluate, "setup-weights": _setup_weights}
@@ -449,7 +450,8 @@ def _guarded(command: str, run: Callable[[], int], *, multiprocess: bool = False
             from imaginejax.core import distributed
 
             joined = distributed.initialize()
-        enable_compilation_cache()
+        if command in COMPILING:
+            enable_compilation_cache()
         return run()
     except (ValueError, CheckpointError, MissingDependency, FileExistsError, FileNotFoundError) as error:
         # ValueError covers ConfigError and DatasetError, and the engine's / imaginer's refusals

@@ -406,31 +406,29 @@ def _short(value: Any, n: int = 120) -> str:
     return text if len(text) <= n else text[: n // 2] + " ... " + text[-n // 2:]
 
 
+def _record_message(a: Any, b: Any) -> str | None:
+    """None when equal, else 'differs (<largest difference, or not numeric>) at <where>'."""
+    found = record_difference(a, b)
+    if found is None:
+        return None
+    size = "not numeric" if math.isinf(found[0]) else f"largest difference {found[0]:.6g}"
+    return f"differs ({size}) at {found[1]}"
+
+
 def compare(dir_a: Path, dir_b: Path) -> int:
     arrays_a, records_a = load(dir_a)
     arrays_b, records_b = load(dir_b)
-    differences = 0
-    for name in sorted(set(arrays_a) | set(arrays_b)):
-        if name not in arrays_a or name not in arrays_b:
-            print(f"array {name}: only in {'A' if name in arrays_a else 'B'}")
-            differences += 1
-            continue
-        found = array_difference(arrays_a[name], arrays_b[name])
-        print(f"array {name}: {'bitwise equal' if found is None else found}")
-        differences += found is not None
-    for name in sorted(set(records_a) | set(records_b)):
-        if name not in records_a or name not in records_b:
-            print(f"record {name}: only in {'A' if name in records_a else 'B'}")
-            differences += 1
-            continue
-        found = record_difference(records_a[name], records_b[name])
-        if found is None:
-            print(f"record {name}: bitwise equal")
-        else:
-            size = "not numeric" if math.isinf(found[0]) else f"largest difference {found[0]:.6g}"
-            print(f"record {name}: differs ({size}) at {found[1]}")
-            differences += 1
-    total = len(set(arrays_a) | set(arrays_b)) + len(set(records_a) | set(records_b))
+    differences = total = 0
+    for kind, items_a, items_b, difference in (("array", arrays_a, arrays_b, array_difference),
+                                               ("record", records_a, records_b, _record_message)):
+        for name in sorted(set(items_a) | set(items_b)):
+            total += 1
+            if name not in items_a or name not in items_b:
+                found = f"only in {'A' if name in items_a else 'B'}"
+            else:
+                found = difference(items_a[name], items_b[name])
+            print(f"{kind} {name}: {'bitwise equal' if found is None else found}")
+            differences += found is not None
     print(f"\n{total - differences} of {total} items bitwise equal; {differences} differ")
     return 1 if differences else 0
 

@@ -556,7 +556,6 @@ class Resolved:
     the data and training steps instead of the whole :class:`Config`.
 
     Attributes:
-      env: ``data.env``.
       levels: the evaluated levels (``train.eval_levels``, else every level of the environment).
       novel: every level of the environment but ``train``.
       imagined: the levels given imaginary or oracle data (:func:`imagined_levels`).
@@ -567,7 +566,6 @@ class Resolved:
       protocol: ``train.protocol`` ('per-level' or 'pooled').
     """
 
-    env: str
     levels: tuple[str, ...]
     novel: tuple[str, ...]
     imagined: tuple[str, ...]
@@ -578,6 +576,11 @@ class Resolved:
     imagine: ImagineConfig
     protocol: str
 
+    @property
+    def env(self) -> str:
+        """``data.env``."""
+        return self.data.env
+
 
 def resolve(config: Config) -> Resolved:
     """The :class:`Resolved` facts of ``config`` (its environment's levels, the conditions trained, ...)."""
@@ -585,7 +588,7 @@ def resolve(config: Config) -> Resolved:
     from imaginejax.envs import ENV_LEVELS
 
     d, imagined = config.data, imagined_levels(config)
-    return Resolved(env=d.env, levels=tuple(config.train.eval_levels or ENV_LEVELS[d.env]),
+    return Resolved(levels=tuple(config.train.eval_levels or ENV_LEVELS[d.env]),
                     novel=tuple(lv for lv in ENV_LEVELS[d.env] if lv != "train"), imagined=imagined,
                     conditions=data_conditions(config),
                     episodes={level: level_episodes(config, level) for level in imagined},

@@ -637,7 +637,7 @@ def trained_from_disk(sweep_dir: Path, algo: str, run: int) -> "TrainedRuns":
     from imaginejax.lang import EMBED_DIM
 
     workspace = sweep_dir.parent.parent
-    found = workspace_config(sweep_dir) if (workspace / WORKSPACE_FILE).is_file() else None
+    found = workspace_config(sweep_dir)
     if found is None:
         raise PolicyError(f"{sweep_dir} is not in a workspace ({workspace / WORKSPACE_FILE} is missing): its network and "
                           "options are recorded there; export from the workspace imaginejax train / bench wrote")
