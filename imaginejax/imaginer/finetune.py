@@ -614,7 +614,13 @@ def finetune(preset: Preset | str, datasets: TrajectoryDataset | Sequence[Trajec
         from imaginejax.imaginer import validation
 
         split = validation.validation_split(datasets[0].env, preset.validation)
+        total = sum(ds.num_trajectories for ds in datasets)
         datasets = validation.hold_out(datasets, split)
+        if progress:
+            print(f"imaginer: validation holds {total - sum(ds.num_trajectories for ds in datasets)} of {total} "
+                  f"trajectories out of fine-tuning ({len(split.held_out_goals)} goals with all their phrasings, "
+                  f"{len(split.held_out | set(split.given))} instructions in all); sets: {', '.join(split.sets)}",
+                  file=sys.stderr, flush=True)
     base, config, corpus, layout, normalizer, key = _kalm_setup(preset, datasets, num_actions)
     trainable, frozen = _initial_trainable(preset, base.params, config, key,
                                            embedding_std(base.params))
