@@ -48,6 +48,7 @@ SLOW = {
     "test_gym_adapter.py::test_check_env_passes[text-libero]": "robot arm adapter, 8 s",
     "test_gym_adapter.py::test_check_env_passes[text-metaworld]": "robot arm adapter, 9 s",
     "test_shipped_imaginer.py::test_study_scores_the_shipped_imaginer": "13 s; the shipped imaginer's generation and scoring stay in the fast tier",
+    "test_imaginer_validation.py::test_rows_of_real_validations_and_a_resumed_run_equal_an_uninterrupted_one": "generation compiles, 74 s; rows, rotation, the best checkpoint and resume stay in the fast tier with scripted scores",
     # Parity of MJX against MuJoCo C on every contact kind and every reset (3-5 min each).
     "test_metaworld_mjx.py::test_mjx_steps_agree_with_mujoco_c_on_every_contact_kind": "MJX parity",
     "test_metaworld_mjx.py::test_mjx_reset_agrees_with_mujoco_c_and_steps_agree_from_it": "MJX parity",

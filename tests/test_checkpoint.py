@@ -103,6 +103,16 @@ def test_keeps_the_last_n_and_replaces_a_resaved_interval(tmp_path):
     assert list_checkpoints(tmp_path / "missing") == []
 
 
+def test_a_preserved_interval_survives_rotation_until_it_is_no_longer_preserved(tmp_path):
+    save_checkpoint(tmp_path, 1, {"x": np.full(3, 1, np.int32)}, {}, keep=2)
+    for interval in range(2, 6):  # interval 2 is preserved (a run's best) while 3, 4, 5 rotate
+        save_checkpoint(tmp_path, interval, {"x": np.full(3, interval, np.int32)}, {}, keep=2, preserve=(2,))
+    assert [i for i, _ in list_checkpoints(tmp_path)] == [2, 4, 5]
+    assert load_checkpoint(checkpoint_path(tmp_path, 2))[1]["x"].tolist() == [2, 2, 2]
+    save_checkpoint(tmp_path, 6, {"x": np.full(3, 6, np.int32)}, {}, keep=2, preserve=(6,))  # the best moves
+    assert [i for i, _ in list_checkpoints(tmp_path)] == [5, 6]
+
+
 def test_bad_input_is_refused_with_the_field_named(tmp_path):
     with pytest.raises(ValueError, match="keep must be >= 1"):
         save_checkpoint(tmp_path, 1, {"x": np.zeros(1)}, {}, keep=0)

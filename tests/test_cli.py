@@ -355,6 +355,8 @@ def _config_keys(cls, prefix: str = "") -> list[str]:
     (["train.algo.bc.sweep.learning_rate=[1e-3, -1e-3]"], r"train\.algo\.bc\.sweep\.learning_rate = -0\.001: a "
                                                           r"learning rate must be > 0"),
     (["imagine.finetune.learning_rate=0"], r"imagine\.finetune\.learning_rate = 0: a learning rate must be > 0"),
+    (["imagine.finetune.validation={every = 0}"], r"imagine\.finetune: preset validation\.every = 0: not an integer "
+                                                 r">= 1"),
     (["train.updates=1000000000000"], r"train\.updates = 1,000,000,000,000 is above 2,147,483,647 \(2\*\*31 - 1\), "
                                       r"the most the algorithms' int32 update counters hold.*--set train\.updates="),
     (["data.seed=4294967296"], r"data\.seed must be in \[0, 2147483647\] .*got 4294967296"),

@@ -523,6 +523,11 @@ def validate(config: Config) -> None:
                                   f"{', '.join(sorted(fields - {'name'}))}")
             if LEARNING_RATE.search(key) and isinstance(value, (int, float)) and value <= 0:
                 raise ConfigError(f"imagine.finetune.{key} = {value:g}: a learning rate must be > 0; e.g. 1e-4")
+        if imagine.preset in PRESETS:
+            try:  # the preset's own checks (e.g. its validation settings), before any data work
+                PRESETS[imagine.preset].replace(**imagine.finetune)
+            except (TypeError, ValueError) as error:
+                raise ConfigError(f"imagine.finetune: {error}") from None
 
 
 def imagined_levels(config: Config) -> tuple[str, ...]:

@@ -158,13 +158,15 @@ def imagine_datasets(run: Resolved, real: Sequence[TrajectoryDataset], out_dir: 
                      log: Log = log_stderr) -> list[TrajectoryDataset]:
     """Fine-tunes the imaginer preset on ``real`` and writes one imaginary dataset per level to ``out_dir``.
 
-    The fine-tuning run lives in ``out_dir/imaginer`` and resumes from its checkpoints; a level's dataset
-    already written by the same weights with the same count and key is read back, not generated again.
+    The fine-tuning run lives in ``out_dir/imaginer`` and resumes from its checkpoints; with validation on
+    (``imagine.finetune.validation``) its best checkpoint writes the rollouts, and their provenance says
+    so (``training_step``, ``checkpoint_selection``). A level's dataset already written by the same weights
+    with the same count and key is read back, not generated again.
 
     Returns:
       The imaginary datasets, in the order of ``run.imagined``.
     """
-    from imaginejax.imaginer.finetune import finetune
+    from imaginejax.imaginer.finetune import finetune, load_imaginer
     from imaginejax.imaginer.imagine import write_imaginary_datasets
 
     im, env_name = run.imagine, run.env
@@ -184,11 +186,16 @@ def imagine_datasets(run: Resolved, real: Sequence[TrajectoryDataset], out_dir: 
             f"{sum(ds.num_trajectories for ds in real)} real trajectories in {out_dir / 'imaginer'} (skip it with "
             "imagine.preset='shipped' where a trained imaginer ships, or pass --imaginary)")
         try:
-            imaginer = finetune(im.preset, list(real), out_dir / "imaginer", resume=True, progress=True,
-                                **dict(im.finetune)).imaginer
+            result = finetune(im.preset, list(real), out_dir / "imaginer", resume=True, progress=True,
+                              **dict(im.finetune))
         except TypeError as error:  # a preset field the imaginer does not know
             raise ConfigError(f"imagine.finetune: {error}") from None
+        imaginer = result.imaginer
         log(f"imaginer: {imaginer.step} fine-tuning steps done ({time.perf_counter() - start:.0f}s)")
+        if result.best_step is not None:
+            imaginer = load_imaginer(result.run_dir, "best", model_path=dict(im.finetune).get("model_path"))
+            log(f"imaginer: the best checkpoint by validation writes the rollouts: step {imaginer.step} "
+                f"(score {imaginer.selection['score']:.3f}; the last step is {result.imaginer.step})")
     datasets = []
     for index, level in enumerate(run.imagined):
         path, count, key = out_dir / f"{env_name}-{level}-imaginary", run.episodes[level], _level_key(im.seed, index)

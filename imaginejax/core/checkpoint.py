@@ -351,10 +351,15 @@ def _read_item(item: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
 # Public API
 
 
-def _manager(directory: Path, keep: int | None) -> ocp.CheckpointManager:
+def _manager(directory: Path, keep: int | None, preserve: tuple[int, ...] = ()) -> ocp.CheckpointManager:
+    policy = None
+    if preserve:  # the last `keep` and the preserved ones (orbax's policy, exclusive with max_to_keep)
+        policies = ocp.checkpoint_managers
+        policy = policies.AnyPreservationPolicy([policies.LatestN(keep), policies.CustomSteps(preserve)])
+        keep = None
     options = ocp.CheckpointManagerOptions(
         max_to_keep=keep, create=True, enable_async_checkpointing=False, step_name_format=_StepNames(),
-        cleanup_tmp_directories=True, todelete_subdir=_TRASH)
+        cleanup_tmp_directories=True, todelete_subdir=_TRASH, preservation_policy=policy)
     return ocp.CheckpointManager(epath.Path(directory), options=options,
                                  item_handlers={ITEM: ArraysHandler()})
 
@@ -381,7 +386,7 @@ def list_checkpoints(directory: str | os.PathLike[str]) -> list[tuple[int, Path]
 
 
 def save_checkpoint(directory: str | os.PathLike[str], interval: int, arrays: dict[str, np.ndarray],
-                    meta: dict[str, Any], keep: int = 2) -> Path:
+                    meta: dict[str, Any], keep: int = 2, preserve: tuple[int, ...] = ()) -> Path:
     """Writes ``arrays`` (name -> array) and ``meta`` (JSON-serialisable) as checkpoint ``interval``.
 
     Synchronous: when it returns, the checkpoint is finalized on disk.
@@ -393,6 +398,7 @@ def save_checkpoint(directory: str | os.PathLike[str], interval: int, arrays: di
       arrays: every array to store, by unique name (host arrays; any NumPy dtype but object).
       meta: sweep fingerprint and settings (JSON-serialisable), stored in the manifest.
       keep: number of most recent checkpoints kept (>= 1); older ones are deleted after the write.
+      preserve: intervals never deleted by that rotation (e.g. the best checkpoint of a run).
 
     Returns:
       The path of the new checkpoint.
@@ -412,7 +418,7 @@ def save_checkpoint(directory: str | os.PathLike[str], interval: int, arrays: di
     # Before orbax's first barrier, so no process has begun writing this save's temporary directory.
     for stale in [*directory.glob(f"*{_TMP_MARK}*"), directory / _TRASH] if primary else []:
         shutil.rmtree(stale, ignore_errors=True)
-    manager = _manager(directory, keep)
+    manager = _manager(directory, keep, tuple(sorted(set(preserve))))
     try:
         if interval in manager.all_steps():  # re-saving the same interval (e.g. after a resume)
             manager.delete(interval)

@@ -4,7 +4,8 @@ This package holds the model (:mod:`~imaginejax.imaginer.llama`), its loaders fo
 directories and GGUF files (:mod:`~imaginejax.imaginer.loading`) and jitted greedy generation with a
 KV cache (:mod:`~imaginejax.imaginer.generate`); the KALM adapters and tasks
 (:mod:`~imaginejax.imaginer.kalm`), fine-tuning (:mod:`~imaginejax.imaginer.finetune`,
-:mod:`~imaginejax.imaginer.lora`), imaginary-rollout generation (:mod:`~imaginejax.imaginer.imagine`),
+:mod:`~imaginejax.imaginer.lora`) with validation on a held-out split (:mod:`~imaginejax.imaginer.validation`),
+imaginary-rollout generation (:mod:`~imaginejax.imaginer.imagine`),
 the automatic quality report and filter (:mod:`~imaginejax.imaginer.quality`) and the quality study
 for any environment with an expert and quality rules (``python -m imaginejax.imaginer.study``).
 """

@@ -38,6 +38,10 @@ Runs live in a directory (:func:`finetune`)::
                       backbone description (written atomically once; checked on resume)
     tokenizer.json    the tokenizer (so a run directory is self-contained for generation)
     history.json      logged metrics (loss per task, tokens/s), rewritten atomically at checkpoints
+    validation.json   with Preset.validation: the held-out split and one row per validation
+                      (:mod:`~imaginejax.imaginer.validation`), rewritten atomically after each
+    best.json         with Preset.validation: the step, score and sets of the best validation row; its
+                      checkpoint is kept through the rotation of ``max_to_keep``
     checkpoints/step-<step:08d>/   checkpoints of :mod:`imaginejax.core.checkpoint` (orbax-checkpoint,
                       synchronous; trainable parameters, optimiser state, step and checkpoint hash;
                       written to a temporary directory and renamed when complete, with a SHA-256
@@ -46,6 +50,13 @@ Runs live in a directory (:func:`finetune`)::
 Resuming (the default when ``run_dir`` holds checkpoints) restores the latest checkpoint and
 continues; batches are drawn from ``numpy.random.default_rng([seed, step])``, so a resumed run sees
 the same batches and reaches the same parameters as an uninterrupted one.
+
+With ``Preset.validation`` the data's held-out trajectories are left out before anything is built from
+it; every ``validation["every"]`` steps and at ``num_steps`` the imaginer is validated, and a step whose
+row beats every earlier one is checkpointed (whatever ``checkpoint_every`` says) before ``best.json``
+names it. Rows are written before the checkpoint of their step, so a resumed run keeps the rows up to
+its checkpoint, validates the same steps again with the same parameters and key, and ends with the
+same rows and best step as an uninterrupted one. ``load_imaginer(run_dir, step="best")`` loads it.
 """
 
 from __future__ import annotations
@@ -90,6 +101,7 @@ __all__ = [
 LLAMA2_DIR_ENV: Final[str] = "IMAGINEJAX_LLAMA2_DIR"
 RUN_FILE, TOKENIZER_FILE, HISTORY_FILE, CHECKPOINT_DIR = ("run.json", "tokenizer.json", "history.json",
                                                           "checkpoints")
+VALIDATION_FILE, BEST_FILE = "validation.json", "best.json"
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -365,6 +377,9 @@ class Imaginer:
       tokenizer, text_format, layout: the training text layout (generation reuses the rollout
       format). preset: preset name. checkpoint_hash: SHA-256 identifying the weights (trainable
       parameters and, for LoRA, the backbone). step: training micro-steps. run_dir: origin or None.
+      selection: how the checkpoint was chosen when not simply the one asked for
+      (``load_imaginer(step="best")``: ``{"checkpoint": "best", "by", "score"}``), recorded in the
+      provenance of the rollouts it writes; None otherwise.
     """
 
     config: KalmConfig
@@ -377,6 +392,7 @@ class Imaginer:
     checkpoint_hash: str
     step: int
     run_dir: str | None = None
+    selection: Mapping[str, Any] | None = None
 
     @property
     def model_name(self) -> str:
@@ -388,14 +404,18 @@ class Imaginer:
 
 @dataclasses.dataclass(frozen=True)
 class FinetuneResult:
-    """``imaginer``: the trained model; ``history``: logged metric rows; ``run_dir``: where the run
-    lives; ``state``: the final train state; ``frozen``: the frozen backbone (LoRA) or None."""
+    """``imaginer``: the trained model (the last state); ``history``: logged metric rows; ``run_dir``:
+    where the run lives; ``state``: the final train state; ``frozen``: the frozen backbone (LoRA) or
+    None; ``validation``: the validation rows (empty without ``Preset.validation``); ``best_step``: the
+    step of the best row (``load_imaginer(run_dir, step="best")``), None without rows."""
 
     imaginer: Imaginer
     history: list[dict[str, float]]
     run_dir: Path
     state: TrainState
     frozen: Params | None
+    validation: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    best_step: int | None = None
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -416,15 +436,43 @@ def _state_tree(state: TrainState) -> dict[str, Any]:
     return {"step": state.step, "trainable": state.trainable, "opt_state": state.opt_state}
 
 
-def _save_checkpoint(run_dir: Path, state: TrainState, frozen_hash: str | None, max_to_keep: int
-                     ) -> str:
-    """Checkpoints ``state`` as ``checkpoints/step-<step>`` (the last ``max_to_keep`` are kept);
-    returns its checkpoint hash."""
+def _save_checkpoint(run_dir: Path, state: TrainState, frozen_hash: str | None, max_to_keep: int,
+                     preserve: tuple[int, ...] = ()) -> str:
+    """Checkpoints ``state`` as ``checkpoints/step-<step>`` (the last ``max_to_keep`` are kept, and
+    the steps in ``preserve``); returns its checkpoint hash."""
     step = int(state.step)
     checkpoint_hash = _checkpoint_hash(state.trainable, frozen_hash)
     save_checkpoint(run_dir / CHECKPOINT_DIR, step, flatten_named(jax.device_get(_state_tree(state)), "state"),
-                    {"step": step, "checkpoint_hash": checkpoint_hash}, keep=max_to_keep)
+                    {"step": step, "checkpoint_hash": checkpoint_hash}, keep=max_to_keep, preserve=preserve)
     return checkpoint_hash
+
+
+def _best_record(run_dir: Path) -> dict[str, Any]:
+    """``best.json`` of a run directory, its ``step`` checked.
+
+    Raises:
+      FileNotFoundError: the run was fine-tuned without validation (no ``best.json``).
+      RunRecordError: the file is not JSON or its step is not a step.
+    """
+    from imaginejax.imaginer.records import RunRecordError
+
+    path = run_dir / BEST_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{run_dir} has no {BEST_FILE}: it was fine-tuned without validation (Preset."
+                                "validation, study train --validate-every K), so it has no best checkpoint; load "
+                                "the latest (step=None) or a step of its checkpoints")
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as error:
+        raise RunRecordError(f"{path} is not valid JSON ({error}): resume the run to write it again") from None
+    if not isinstance(record, dict):
+        raise RunRecordError(f"{path} holds {record!r}, not a table: resume the run to write it again")
+    for field, ok in (("step", type(record.get("step")) is int and record["step"] >= 0),
+                      ("score", type(record.get("score")) in (int, float))):
+        if not ok:
+            raise RunRecordError(f"{path}: field {field} is {record.get(field)!r}: not a {field}; resume the run "
+                                 "to write it again")
+    return record
 
 
 def _checkpoint_hash(trainable: Params, frozen_hash: str | None) -> str:
@@ -538,9 +586,13 @@ def finetune(preset: Preset | str, datasets: TrajectoryDataset | Sequence[Trajec
       num_actions: discrete action count (default: the registered environment's).
       stop_at_step: stop (with a checkpoint) after this many micro-steps, as an interruption would;
         the learning-rate schedule still spans ``num_steps``.
-      progress: print a line per ``log_every`` steps to stderr.
+      progress: print a line per ``log_every`` steps (and per validation) to stderr.
     Returns:
-      A :class:`FinetuneResult`; the last state is checkpointed.
+      A :class:`FinetuneResult`; the last state is checkpointed (and, with ``Preset.validation``, the
+      best one).
+    Raises:
+      ValueError: with ``Preset.validation``, a split that cannot be drawn or data holding the
+        caller's own held-out instructions (:func:`~imaginejax.imaginer.validation.hold_out`).
     """
     preset = get_preset(preset, **overrides)
     if isinstance(datasets, TrajectoryDataset):
@@ -557,6 +609,18 @@ def finetune(preset: Preset | str, datasets: TrajectoryDataset | Sequence[Trajec
         if saved_preset != json.loads(json.dumps(preset.to_json())):
             raise ValueError(f"cannot resume {run_dir}: its preset differs from this call's "
                              "(different preset or overrides); use a new run_dir")
+    split = None
+    if preset.validation is not None:
+        from imaginejax.imaginer import validation
+
+        split = validation.validation_split(datasets[0].env, preset.validation)
+        total = sum(ds.num_trajectories for ds in datasets)
+        datasets = validation.hold_out(datasets, split)
+        if progress:
+            print(f"imaginer: validation holds {total - sum(ds.num_trajectories for ds in datasets)} of {total} "
+                  f"trajectories out of fine-tuning ({len(split.held_out_goals)} goals with all their phrasings, "
+                  f"{len(split.held_out | set(split.given))} instructions in all); sets: {', '.join(split.sets)}",
+                  file=sys.stderr, flush=True)
     base, config, corpus, layout, normalizer, key = _kalm_setup(preset, datasets, num_actions)
     trainable, frozen = _initial_trainable(preset, base.params, config, key,
                                            embedding_std(base.params))
@@ -566,6 +630,7 @@ def finetune(preset: Preset | str, datasets: TrajectoryDataset | Sequence[Trajec
     optimizer = make_optimizer(preset, preset.num_steps)
     state = TrainState(jnp.zeros((), jnp.int32), trainable, optimizer.init(trainable))
     history: list[dict[str, float]] = []
+    rows: list[dict[str, Any]] = []
     if latest is not None:
         saved = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
         for field in ("preset", "kalm_config", "text_format", "layout", "data_fingerprint",
@@ -581,6 +646,9 @@ def finetune(preset: Preset | str, datasets: TrajectoryDataset | Sequence[Trajec
         if (run_dir / HISTORY_FILE).is_file():
             logged = json.loads((run_dir / HISTORY_FILE).read_text(encoding="utf-8"))
             history = [row for row in logged if row["step"] <= latest]
+        if split is not None and (run_dir / VALIDATION_FILE).is_file():  # rows past the checkpoint come again
+            logged = json.loads((run_dir / VALIDATION_FILE).read_text(encoding="utf-8"))["rows"]
+            rows = [row for row in logged if row["step"] <= latest]
     else:
         write_text(run_dir / RUN_FILE, json.dumps(record, indent=2) + "\n")
         write_text(run_dir / TOKENIZER_FILE, base.tokenizer.to_str())
@@ -597,6 +665,9 @@ def finetune(preset: Preset | str, datasets: TrajectoryDataset | Sequence[Trajec
     window: list[dict[str, jax.Array]] = []
     window_start = time.perf_counter()
     saved = latest or 0
+    best = None if split is None else validation.best_row(rows)
+    if split is not None and latest is not None:
+        _write_validation(run_dir, split, rows, best)
     try:
         while step < end:
             batches = sample_task_batches(corpus, base.text_format, layout, config,
@@ -615,10 +686,26 @@ def finetune(preset: Preset | str, datasets: TrajectoryDataset | Sequence[Trajec
                 if progress:
                     print(_format_metrics(step, preset.num_steps, row), file=sys.stderr, flush=True)
                 window, window_start = [], time.perf_counter()
-            if step % preset.checkpoint_every == 0 or step == end:
-                checkpoint_hash = _save_checkpoint(run_dir, state, frozen_hash, preset.max_to_keep)
+            replaced = None  # the best step until this one: kept until best.json names the new one
+            if split is not None and (step % preset.validation["every"] == 0 or step == preset.num_steps):
+                started = time.perf_counter()
+                rows.append(validation.validate(
+                    Imaginer(config, effective_params(state.trainable, frozen, scale), normalizer, base.tokenizer,
+                             base.text_format, layout, preset.name, _checkpoint_hash(state.trainable, frozen_hash),
+                             step, str(run_dir)), split))
+                _write_validation(run_dir, split, rows, None)
+                if best is None or rows[-1]["score"] > best["score"]:
+                    replaced, best = (None if best is None else best["step"]), rows[-1]
+                if progress:
+                    print(_format_validation(rows[-1], best, time.perf_counter() - started), file=sys.stderr,
+                          flush=True)
+            if step % preset.checkpoint_every == 0 or step == end or (best is not None and best["step"] == step):
+                keep = tuple(s for s in (replaced, None if best is None else best["step"]) if s is not None)
+                checkpoint_hash = _save_checkpoint(run_dir, state, frozen_hash, preset.max_to_keep, keep)
                 saved = step
                 write_text(run_dir / HISTORY_FILE, json.dumps(history, indent=1) + "\n")
+                if best is not None:
+                    _write_validation(run_dir, split, rows, best)
     except KeyboardInterrupt:
         raise Interrupted(f"imaginer fine-tuning interrupted after step {step}/{preset.num_steps} (saved at step "
                           f"{saved} in {run_dir})") from None
@@ -627,12 +714,33 @@ def finetune(preset: Preset | str, datasets: TrajectoryDataset | Sequence[Trajec
     imaginer = Imaginer(config, effective_params(state.trainable, frozen, scale), normalizer,
                         base.tokenizer, base.text_format, layout, preset.name, checkpoint_hash,
                         int(state.step), str(run_dir))
-    return FinetuneResult(imaginer, history, run_dir, state, frozen)
+    if best is not None and progress:
+        print(f"imaginer: best checkpoint by validation: step {best['step']} (score {best['score']:.3f}); last "
+              f"validated step {rows[-1]['step']} (score {rows[-1]['score']:.3f})", file=sys.stderr, flush=True)
+    return FinetuneResult(imaginer, history, run_dir, state, frozen, rows, None if best is None else best["step"])
 
 
-def load_imaginer(run_dir: str | os.PathLike[str], step: int | None = None, *,
+def _write_validation(run_dir: Path, split: Any, rows: list[dict[str, Any]], best: Mapping[str, Any] | None) -> None:
+    """``validation.json`` (the split and the rows) and, when ``best`` is given, ``best.json`` (the
+    best row and what its score is)."""
+    record = split.to_json()
+    write_text(run_dir / VALIDATION_FILE, json.dumps({"split": record, "rows": rows}, indent=1) + "\n")
+    if best is not None:
+        write_text(run_dir / BEST_FILE, json.dumps({**best, "score_of": record["score"]}, indent=1) + "\n")
+
+
+def _format_validation(row: Mapping[str, Any], best: Mapping[str, Any], seconds: float) -> str:
+    sets = " | ".join(f"{name.replace('_', ' ')} {100 * value['goal_consistency']:.1f} %"
+                      for name, value in row["sets"].items())
+    return (f"validation at step {row['step']}: score {100 * row['score']:.1f} % (best: step {best['step']}, "
+            f"{100 * best['score']:.1f} %) | goal consistency: {sets} | {seconds:.0f} s")
+
+
+def load_imaginer(run_dir: str | os.PathLike[str], step: int | str | None = None, *,
                   model_path: str | os.PathLike[str] | None = None) -> Imaginer:
-    """The imaginer of a run directory at checkpoint ``step`` (default: the latest).
+    """The imaginer of a run directory at checkpoint ``step``: a step, ``"best"`` (the best checkpoint
+    by validation, ``best.json`` of a run fine-tuned with ``Preset.validation``; its ``selection`` says
+    so) or None (the latest).
 
     Full fine-tuning runs need nothing but the directory; LoRA runs rebuild the frozen backbone
     from the preset (and check its hash): from ``model_path`` when the run's backbone was a file of
@@ -642,6 +750,7 @@ def load_imaginer(run_dir: str | os.PathLike[str], step: int | None = None, *,
     Raises:
       RunRecordError: a field of ``run.json`` is refused (:func:`~imaginejax.imaginer.records.check_run_record`),
         checked before anything else is opened.
+      FileNotFoundError: no checkpoint, or ``"best"`` of a run without validation.
     """
     from imaginejax.imaginer.records import RunRecordError, check_run_record
 
@@ -654,6 +763,13 @@ def load_imaginer(run_dir: str | os.PathLike[str], step: int | None = None, *,
     if model_path is not None:
         record = {**record, "preset": {**record["preset"], "model_path": str(model_path)}}
     tokenizer = tokenizers.Tokenizer.from_file(str(run_dir / TOKENIZER_FILE))
+    selection = None
+    if step == "best":
+        best = _best_record(run_dir)
+        step = best["step"]
+        selection = {"checkpoint": "best", "by": best.get("score_of"), "score": best.get("score")}
+    elif isinstance(step, str):
+        raise ValueError(f"step must be a checkpoint's step, 'best' or None (the latest), got {step!r}")
     step = _latest_step(run_dir) if step is None else step
     if step is None:
         raise FileNotFoundError(f"{run_dir} holds no checkpoint")
@@ -663,8 +779,9 @@ def load_imaginer(run_dir: str | os.PathLike[str], step: int | None = None, *,
     like = TrainState(jax.ShapeDtypeStruct((), jnp.int32), like_params,
                       jax.eval_shape(optimizer.init, like_params))
     state, meta = _restore_checkpoint(run_dir, step, like)
-    return imaginer_from_trainable(record, state.trainable, frozen, tokenizer, meta["checkpoint_hash"],
-                                   int(state.step), str(run_dir))
+    imaginer = imaginer_from_trainable(record, state.trainable, frozen, tokenizer, meta["checkpoint_hash"],
+                                       int(state.step), str(run_dir))
+    return imaginer if selection is None else dataclasses.replace(imaginer, selection=selection)
 
 
 def trainable_like(record: Mapping[str, Any], origin: str) -> tuple[Params, Params | None]:

@@ -359,7 +359,8 @@ def imagine(imaginer: Imaginer, env: Any, env_params: Any, key: jax.Array, num_r
       progress: print a line per chunk to stderr.
     Returns:
       :class:`ImaginationResult`; its dataset has ``source="imaginary"``, the level's instruction
-      table and embeddings, and provenance naming the model, preset, checkpoint hash, state
+      table and embeddings, and provenance naming the model, preset, checkpoint hash and training step
+      (and how the checkpoint was chosen, ``checkpoint_selection``, when the imaginer says), state
       prediction, projection and (``quality``) the quality summary.
     """
     if num_rollouts < 1:
@@ -429,6 +430,8 @@ def imagine(imaginer: Imaginer, env: Any, env_params: Any, key: jax.Array, num_r
         "state_prediction": config.state_prediction, "projection": project_name,
         "seconds": round(seconds, 3), "jax_version": jax.__version__,
     }
+    if imaginer.selection is not None:  # e.g. the best checkpoint by validation, not the last
+        provenance["checkpoint_selection"] = dict(imaginer.selection)
     dataset, dropped = rollouts_to_dataset(
         merged, instruction_ids=np.concatenate(ids_parts), goals=np.concatenate(goal_parts),
         instructions=instructions, instruction_embeddings=np.asarray(env_params.instruction_embeddings),

@@ -21,6 +21,50 @@ from imaginejax.imaginer import lora
 
 RUN_FORMAT: Final[str] = "imaginejax-kalm-run"
 RUN_SCHEMA_VERSION: Final[int] = 1
+# Preset.validation's settings and their defaults (imaginejax.imaginer.validation uses them).
+VALIDATION_DEFAULTS: Final[Mapping[str, Any]] = {
+    "every": 100, "phrasings_per_goal": 2, "goals": 8, "seed": 0, "rollouts": 64, "levels": None,
+    "instructions": ()}
+
+
+def validation_settings(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """``spec`` (a part of :data:`VALIDATION_DEFAULTS`) with the defaults filled in; ``levels`` and
+    ``instructions`` as tuples. Giving ``instructions`` (the caller's own held-out phrasings) makes
+    ``phrasings_per_goal`` default to 0.
+
+    Raises:
+      ValueError: an unknown key, a value of the wrong type or range, both kinds of held-out phrasings,
+        or nothing held out; the message names the key and the fix.
+    """
+    if not isinstance(spec, Mapping):
+        raise ValueError(f"preset validation must be a table like {{'every': 100, 'goals': 8}} or None, got "
+                         f"{spec!r}")
+    unknown = sorted(set(spec) - set(VALIDATION_DEFAULTS))
+    if unknown:
+        raise ValueError(f"preset validation: unknown key(s) {unknown}; valid: {', '.join(VALIDATION_DEFAULTS)}")
+    out = dict(VALIDATION_DEFAULTS, **spec)
+    if spec.get("instructions") and "phrasings_per_goal" not in spec:
+        out["phrasings_per_goal"] = 0
+    for key, low in (("every", 1), ("phrasings_per_goal", 0), ("goals", 0), ("seed", 0), ("rollouts", 1)):
+        if type(out[key]) is not int or out[key] < low:
+            raise ValueError(f"preset validation.{key} = {out[key]!r}: not an integer >= {low}; e.g. "
+                             f"{key}={VALIDATION_DEFAULTS[key]}")
+    for key in ("levels", "instructions"):
+        value = out[key]
+        if value is None and key == "levels":
+            continue
+        if isinstance(value, str) or not isinstance(value, (list, tuple)) or not all(
+                isinstance(v, str) for v in value):
+            raise ValueError(f"preset validation.{key} = {value!r}: not a list of strings"
+                             + ("; None scores every level but train" if key == "levels" else ""))
+        out[key] = tuple(value)
+    if out["instructions"] and out["phrasings_per_goal"]:
+        raise ValueError("preset validation: give either instructions (your own held-out phrasings) or "
+                         f"phrasings_per_goal = {out['phrasings_per_goal']} (chosen by seed), not both")
+    if not (out["instructions"] or out["phrasings_per_goal"] or out["goals"]):
+        raise ValueError("preset validation holds nothing out (phrasings_per_goal = goals = 0, no instructions): "
+                         "hold out some, e.g. {'phrasings_per_goal': 2, 'goals': 8}, or set validation=None")
+    return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +98,14 @@ class Preset:
         choice; set it to reproduce KALM exactly).
       log_every, checkpoint_every, max_to_keep: progress and checkpoint cadence.
       seed: model initialisation and batch order.
+      validation: None (off, the default) or the validation of :mod:`~imaginejax.imaginer.validation`,
+        its settings filled in from :data:`VALIDATION_DEFAULTS`: ``every`` k steps (and at the last),
+        the imaginer's rollouts are scored on ``phrasings_per_goal`` phrasings held out of each
+        training goal and ``goals`` training goals held out with all their phrasings (both chosen by
+        ``seed``, their trajectories left out of fine-tuning; or ``instructions``, the caller's own
+        held-out phrasings, which the data must not contain), and on the novel ``levels`` (None: all);
+        ``rollouts`` per set; the best checkpoint is kept. Left out of :meth:`to_json` when None, so
+        the records of runs without it are unchanged.
     """
 
     name: str
@@ -87,9 +139,12 @@ class Preset:
     checkpoint_every: int = 200
     max_to_keep: int = 2
     seed: int = 0
+    validation: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "lora_targets", tuple(self.lora_targets))
+        if self.validation is not None:
+            object.__setattr__(self, "validation", validation_settings(self.validation))
         unknown = set(self.lora_targets) - set(lora.LORA_TARGETS)
         if unknown:
             raise ValueError(f"preset {self.name!r}: unknown lora_targets {sorted(unknown)}; valid: "
@@ -105,6 +160,10 @@ class Preset:
         data["batch_sizes"] = dict(self.batch_sizes)
         data["task_weights"] = dict(self.task_weights)
         data["lora_targets"] = list(self.lora_targets)
+        if self.validation is None:
+            del data["validation"]
+        else:
+            data["validation"] = {k: list(v) if isinstance(v, tuple) else v for k, v in self.validation.items()}
         return data
 
     @classmethod
@@ -227,6 +286,11 @@ def _preset(path: Path, preset: Mapping[str, Any], trusted_model_path: bool) -> 
     if "predict_initial_state" in preset:
         _bool(path, "preset.predict_initial_state", preset["predict_initial_state"])
     _text(path, "preset.state_prediction", preset.get("state_prediction", "delta"), choices=("delta", "absolute"))
+    if preset.get("validation") is not None:
+        try:
+            validation_settings(preset["validation"])
+        except ValueError as error:
+            raise _refuse(path, "preset.validation", preset["validation"], str(error)) from None
 
 
 def check_run_record(record: Any, path: Path, *, shipped: bool = False, trusted_model_path: bool = False) -> None:

@@ -2,8 +2,9 @@
 with an expert and quality rules; CLEVR-Robot by default).
 
     python -m imaginejax.imaginer.study train RUN [--env clevr|babyai|...] [--steps 600]
-        [--trajectories 2000] [--state-prediction absolute|delta] [--set state_loss_weight=0.5 ...]
-    python -m imaginejax.imaginer.study evaluate RUN [--num 256] [--project] [--levels ...] [--step K]
+        [--trajectories 2000] [--state-prediction absolute|delta] [--validate-every K]
+        [--set state_loss_weight=0.5 ...]
+    python -m imaginejax.imaginer.study evaluate RUN [--num 256] [--project] [--levels ...] [--step K|best]
     python -m imaginejax.imaginer.study compare RUN_A:LABEL RUN_B:LABEL ...
 
 ``train`` fine-tunes the ``tiny`` preset on ``--trajectories`` real expert trajectories of the
@@ -11,7 +12,10 @@ environment's training level (seed 0, epsilon 0.1, collected once and cached by
 :func:`imaginejax.data.experts.cached_expert_data`: CLEVR in the demo's
 cache; other environments under ``$IMAGINEJAX_HOME/imaginer-study/data``) into
 ``$IMAGINEJAX_HOME/imaginer-study/RUN`` (resumable; progress every 20 steps on stderr; the
-environment is recorded in ``RUN/study.json``). ``evaluate`` loads that run, generates ``--num``
+environment is recorded in ``RUN/study.json``); ``--validate-every K`` turns on the preset's validation
+(:mod:`~imaginejax.imaginer.validation`: held-out phrasings and goals, scored every K steps; its other
+settings with ``--set validation={...}``) and prints the table of its rows at the end. ``evaluate`` loads
+that run (``--step best``: its best checkpoint by validation), generates ``--num``
 imaginary rollouts per level with a fixed key (the same initial states and tasks for every run),
 scores them (:func:`~imaginejax.imaginer.quality.quality_report`) and writes
 ``RUN/quality[-projected].json`` and ``.md``; ``evaluate shipped:ENV`` scores the package's trained
@@ -100,6 +104,8 @@ def train(args: argparse.Namespace) -> None:
     overrides = {"num_steps": args.steps, "checkpoint_every": args.steps, **_overrides(args.set)}
     if args.state_prediction is not None:
         overrides["state_prediction"] = args.state_prediction
+    if args.validate_every is not None:
+        overrides["validation"] = {**(overrides.get("validation") or {}), "every": args.validate_every}
     _log(f"fine-tuning preset {args.preset!r} on {data.num_trajectories} trajectories "
          f"({data.num_transitions} steps) with {overrides}")
     start = time.perf_counter()
@@ -108,6 +114,11 @@ def train(args: argparse.Namespace) -> None:
                                                    indent=2) + "\n", encoding="utf-8")
     _log(f"done: {result.imaginer.step} steps in {time.perf_counter() - start:.0f} s "
          f"(this call), run {result.run_dir}")
+    if result.validation:
+        from imaginejax.imaginer.validation import rows_markdown
+
+        print(f"{args.run}: goal consistency by validation step (best in bold; {directory / 'validation.json'})\n\n"
+              + rows_markdown(result.validation))
 
 
 def evaluate(args: argparse.Namespace) -> dict[str, Any]:
@@ -138,8 +149,10 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
         datasets[level] = result.dataset
         seconds[level] = result.seconds
     report = quality_report(datasets)
-    tag = ("quality-projected" if args.project else "quality") + (f"-step{args.step}" if args.step else "")
-    record = {"run": args.run, "env": env_name, "step": imaginer.step, "preset": imaginer.preset,
+    tag = ("quality-projected" if args.project else "quality") + (
+        "-best" if args.step == "best" else f"-step{args.step}" if args.step else "")
+    record = {"run": args.run, "env": env_name, "step": imaginer.step, "selection": imaginer.selection,
+              "preset": imaginer.preset,
               "state_prediction": imaginer.config.state_prediction, "project": bool(args.project),
               "num": args.num, "seed": args.seed, "generation_seconds": seconds, **report.to_dict()}
     table = report.to_markdown()
@@ -174,6 +187,16 @@ def compare(args: argparse.Namespace) -> None:
         print("| " + " | ".join(cells) + " |")
 
 
+def _step(text: str) -> int | str:
+    """``--step``: a checkpoint's step or ``best``."""
+    if text == "best":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a step or 'best', got {text!r}") from None
+
+
 def _percent(value: float | None) -> str:
     return "n/a" if value is None else f"{100 * value:.1f} %"
 
@@ -190,6 +213,8 @@ def main(argv: list[str] | None = None) -> None:
                          help="default: the preset's")
     p_train.add_argument("--steps", type=int, default=600)
     p_train.add_argument("--trajectories", type=int, default=2000)
+    p_train.add_argument("--validate-every", type=int, default=None, metavar="K",
+                         help="validate on held-out phrasings and goals every K steps and keep the best checkpoint")
     p_train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                          help="other preset fields, e.g. --set learning_rate=3e-4")
     p_eval = sub.add_parser("evaluate", help="imagine rollouts per level and score them")
@@ -198,8 +223,9 @@ def main(argv: list[str] | None = None) -> None:
     p_eval.add_argument("--seed", type=int, default=7)
     p_eval.add_argument("--project", action="store_true", help="project states onto the legal set")
     p_eval.add_argument("--levels", nargs="+", default=list(LEVELS))
-    p_eval.add_argument("--step", type=int, default=None,
-                        help="checkpoint to evaluate (default: the latest; a step writes quality[-projected]-step<k>)")
+    p_eval.add_argument("--step", type=_step, default=None,
+                        help="checkpoint to evaluate: a step (writes quality[-projected]-step<k>) or best (the best "
+                             "by validation, writes quality[-projected]-best); default: the latest")
     p_cmp = sub.add_parser("compare", help="side-by-side table of evaluated runs")
     p_cmp.add_argument("runs", nargs="+", metavar="RUN[@quality-projected][:LABEL]")
     args = parser.parse_args(argv)
