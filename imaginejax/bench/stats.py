@@ -122,7 +122,7 @@ def results_table(groups: Mapping[str, Mapping[str, np.ndarray]], levels: Sequen
     """
     name = "IQM" if statistic is iqm else getattr(statistic, "__name__", "statistic")
     columns = list(levels) + (["all levels"] if aggregate else [])
-    head = (f"| group | " + " | ".join(columns) + " |\n|---|" + "---:|" * len(columns) + "\n")
+    head = ("| group | " + " | ".join(columns) + " |\n|---|" + "---:|" * len(columns) + "\n")
     rows = []
     for group, per_level in groups.items():
         cells = []

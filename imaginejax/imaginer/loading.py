@@ -25,7 +25,6 @@ the wrong shape raises :class:`WeightLoadError` naming the tensor, the expected 
 from __future__ import annotations
 
 import functools
-import json
 import re
 import warnings
 from collections.abc import Iterator, Mapping

@@ -28,7 +28,7 @@ import numpy as np
 
 from imaginejax.core.checkpoint import flatten_named, unflatten_named
 from imaginejax.core.files import atomic_path, file_sha256, write_json
-from imaginejax.imaginer.finetune import (CHECKPOINT_DIR, RUN_FILE, TOKENIZER_FILE, Imaginer, Preset, TrainState,
+from imaginejax.imaginer.finetune import (CHECKPOINT_DIR, RUN_FILE, Imaginer, Preset, TrainState,
                                           _latest_step, _restore_checkpoint, imaginer_from_trainable, make_optimizer,
                                           trainable_like)
 from imaginejax.imaginer.records import RunRecordError, check_run_record
