@@ -91,6 +91,14 @@ class TrajectoryDataset:
         return int(self.mask.sum())
 
 
+ROW_FIELDS = ("states", "actions", "rewards", "mask", "terminals", "truncations", "instruction_ids", "goals")
+
+
+def take_trajectories(ds: TrajectoryDataset, rows: np.ndarray) -> TrajectoryDataset:
+    """The trajectories ``rows`` (index array) of ``ds``, in that order; tables and provenance unchanged."""
+    return dataclasses.replace(ds, **{field: getattr(ds, field)[rows] for field in ROW_FIELDS})
+
+
 @struct.dataclass
 class Transitions:
     """Flat valid transitions on device (a pytree; vmappable and shardable).

@@ -109,6 +109,10 @@ class ImagineConfig:
     filter: Literal["none", "legal", "consistent-legal"] = _field(
         "none", "quality filter on imaginary rollouts before training: 'legal' keeps rollouts whose every state "
         "is legal, 'consistent-legal' also requires reaching the goal (recorded in the results)")
+    oversample: int = _field(
+        1, "generate k × the episodes of each level and keep the best of each task by the quality report "
+        "(goal reached and legal, goal, legal, the rest; then lower dynamics error); imagine.filter applies "
+        "to the kept rollouts; 1 = keep every generated rollout")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -434,6 +438,10 @@ def validate(config: Config) -> None:
     for name, value in positive.items():
         if value < 1:
             raise ConfigError(f"{name} must be >= 1, got {value}")
+    if imagine.oversample < 1:
+        raise ConfigError(f"imagine.oversample must be an integer >= 1 (k: generate k × imagine.episodes per level, "
+                          f"keep the best), got {imagine.oversample}: e.g. --set imagine.oversample=4, or 1 to keep "
+                          "every generated rollout")
     for name, value in {"train.memory_budget_mb": train.memory_budget_mb, "train.run_block": train.run_block,
                         "train.encoder_width": train.encoder_width,
                         "report.reps": config.report.reps - 1}.items():

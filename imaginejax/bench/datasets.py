@@ -4,12 +4,11 @@ levels), grouped into the sources mixed into the real data (``"<condition>/<leve
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 import jax
 import numpy as np
@@ -18,6 +17,7 @@ from imaginejax.bench.config import ConfigError, Resolved, TrainConfig
 from imaginejax.core.runlog import Log, log_stderr, quiet
 from imaginejax.data import TrajectoryDataset, load_dataset, read_manifest
 from imaginejax.data.experts import cached_expert_data
+from imaginejax.data.types import take_trajectories
 
 DataArg = str | os.PathLike[str] | TrajectoryDataset  # a dataset directory, or a dataset in memory
 
@@ -42,9 +42,7 @@ def first_trajectories(datasets: Sequence[TrajectoryDataset], count: int) -> lis
         if left <= 0:
             break
         n = min(left, ds.num_trajectories)
-        rows = {f: getattr(ds, f)[:n] for f in ("states", "actions", "rewards", "mask", "terminals", "truncations",
-                                                "instruction_ids", "goals")}
-        out.append(dataclasses.replace(ds, **rows))
+        out.append(take_trajectories(ds, np.arange(n)))
         left -= n
     return out
 
@@ -60,7 +58,11 @@ def oracle_data(run: Resolved, log: Log = log_stderr) -> list[TrajectoryDataset]
 def filter_imaginary(run: Resolved, datasets: Sequence[TrajectoryDataset],
                      log: Log = log_stderr) -> list[TrajectoryDataset]:
     """``imagine.filter`` applied to imaginer rollouts (:func:`~imaginejax.imaginer.quality.filter_dataset`;
-    the filter and its counts are recorded in each dataset's provenance)."""
+    the filter and its counts are recorded in each dataset's provenance). With ``imagine.oversample`` the
+    filter sees the kept rollouts only: under 'consistent-legal' that is the same as filtering all generated
+    rollouts and keeping the best that pass (the ranking puts every rollout that passes first, per task);
+    under 'legal' a task can lose legal rollouts that missed their goal to goal-reaching illegal ones the
+    filter then drops."""
     if run.imagine.filter == "none":
         return list(datasets)
     from imaginejax.imaginer.quality import filter_dataset, score_dataset
@@ -70,9 +72,27 @@ def filter_imaginary(run: Resolved, datasets: Sequence[TrajectoryDataset],
         kept = filter_dataset(ds, score_dataset(ds), require_legal=True,
                               require_goal=run.imagine.filter == "consistent-legal")
         log(f"  {ds.env}/{ds.level}: filter {run.imagine.filter!r} kept {kept.num_trajectories} of "
-            f"{ds.num_trajectories} imaginary rollouts")
+            f"{ds.num_trajectories} imaginary rollouts{_of_generated(ds, kept.num_trajectories)}")
         out.append(kept)
     return out
+
+
+def _of_generated(ds: TrajectoryDataset, kept: int) -> str:
+    """``", 12 of 512 generated (imagine.oversample = 4)"`` for an oversampled dataset, else ``""``."""
+    record = ds.provenance.get("oversample")
+    if not isinstance(record, dict):
+        return ""
+    return f", {kept} of {record.get('generated')} generated (imagine.oversample = {record.get('k')})"
+
+
+def reusable(provenance: Mapping[str, Any], checkpoint_hash: str, count: int, key: list[int],
+             oversample: int) -> bool:
+    """Whether a written imaginary dataset (its ``provenance``) is what generating ``count`` rollouts with
+    these weights, key and ``imagine.oversample`` would write (a dataset recording no oversampling: 1)."""
+    recorded = provenance.get("oversample", {"k": 1})
+    k = recorded.get("k") if isinstance(recorded, dict) else None
+    return (provenance.get("checkpoint_hash") == checkpoint_hash and provenance.get("num_requested") == count
+            and provenance.get("key") == key and k == oversample)
 
 
 def check_oracle_given(run: Resolved, train: TrainConfig, oracle: Sequence[DataArg]) -> None:
@@ -161,7 +181,7 @@ def imagine_datasets(run: Resolved, real: Sequence[TrajectoryDataset], out_dir: 
     The fine-tuning run lives in ``out_dir/imaginer`` and resumes from its checkpoints; with validation on
     (``imagine.finetune.validation``) its best checkpoint writes the rollouts, and their provenance says
     so (``training_step``, ``checkpoint_selection``). A level's dataset already written by the same weights
-    with the same count and key is read back, not generated again.
+    with the same count, key and ``imagine.oversample`` (:func:`reusable`) is read back, not generated again.
 
     Returns:
       The imaginary datasets, in the order of ``run.imagined``.
@@ -202,19 +222,20 @@ def imagine_datasets(run: Resolved, real: Sequence[TrajectoryDataset], out_dir: 
         # write_imaginary_datasets generates its i-th level with fold_in(key, i); here i = 0.
         key_data = [int(v) for v in np.asarray(jax.random.fold_in(key, 0)).ravel()]
         provenance = read_manifest(path).get("provenance", {}) if (path / "manifest.json").exists() else {}
-        if (provenance.get("checkpoint_hash") == imaginer.checkpoint_hash
-                and provenance.get("num_requested") == count and provenance.get("key") == key_data):
+        if reusable(provenance, imaginer.checkpoint_hash, count, key_data, im.oversample):
             log(f"  {env_name}/{level}: reading imaginary rollouts written by these weights from {path}")
         else:
             start = time.perf_counter()
             write_imaginary_datasets(imaginer, env_name, out_dir, count, key, levels=(level,),
                                      embed=run.data.embed, overwrite=True, chunk_size=im.chunk_size,
-                                     progress=sys.stderr.isatty())
-            log(f"  {env_name}/{level}: generated {count} imaginary rollouts in {time.perf_counter() - start:.0f}s")
+                                     oversample=im.oversample, progress=sys.stderr.isatty())
+            made = f"{im.oversample} × {count} imaginary rollouts" if im.oversample > 1 else f"{count} imaginary rollouts"
+            log(f"  {env_name}/{level}: generated {made} in {time.perf_counter() - start:.0f}s")
         ds = load_dataset(path)
         p = ds.provenance
-        log(f"  {env_name}/{level}: {ds.num_trajectories} imaginary rollouts, {ds.num_transitions} steps, "
-            f"{p.get('success_rate', float('nan')):.0%} reach their goal, {p.get('num_dropped_nonfinite', 0)} dropped")
+        log(f"  {env_name}/{level}: {ds.num_trajectories} imaginary rollouts{_of_generated(ds, ds.num_trajectories)}, "
+            f"{ds.num_transitions} steps, {p.get('success_rate', float('nan')):.0%} reach their goal, "
+            f"{p.get('num_dropped_nonfinite', 0)} dropped")
         datasets.append(ds)
     return datasets
 

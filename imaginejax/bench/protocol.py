@@ -64,12 +64,16 @@ from imaginejax.training.sweep import Sweep
 
 def source_summary(datasets: Sequence[TrajectoryDataset]) -> dict[str, Any]:
     """What a data source holds: trajectories, transitions, the quality summary of imaginary data (the
-    first dataset's, None for expert data) and the filters applied to it."""
+    first dataset's, None for expert data), the filters applied to it and, for oversampled imaginary data,
+    ``oversample`` (k, rollouts generated and kept, the ranking rule)."""
     provenance = datasets[0].provenance
-    return {"trajectories": int(sum(ds.num_trajectories for ds in datasets)),
-            "transitions": int(sum(ds.num_transitions for ds in datasets)),
-            "source": datasets[0].source, "quality": provenance.get("quality"),
-            "filters": provenance.get("filters", [])}
+    summary = {"trajectories": int(sum(ds.num_trajectories for ds in datasets)),
+               "transitions": int(sum(ds.num_transitions for ds in datasets)),
+               "source": datasets[0].source, "quality": provenance.get("quality"),
+               "filters": provenance.get("filters", [])}
+    if isinstance(provenance.get("oversample"), dict):
+        summary["oversample"] = {k: provenance["oversample"].get(k) for k in ("k", "generated", "kept", "rule")}
+    return summary
 
 
 # Seconds per unit of work on a 2-core CPU, for the plan's rough estimate (measured: docs/estimates.md).
@@ -118,7 +122,7 @@ def plan(config: Config, out: str | Path, *, imaginary: Sequence[DataArg] = (), 
         lines.append("  imaginary data: the given --imaginary datasets (no imaginer)")
     elif "imaginary" in conditions and im.source == "imaginer":
         rollouts = sum(run.episodes.values())
-        seconds += rollouts * ROUGH_SECONDS["rollout"]
+        seconds += im.oversample * rollouts * ROUGH_SECONDS["rollout"]
         if im.preset == "shipped":
             lines.append(f"  imaginary data: the package's trained {d.env} imaginer, loaded (no fine-tuning)")
         else:
@@ -128,7 +132,20 @@ def plan(config: Config, out: str | Path, *, imaginary: Sequence[DataArg] = (), 
                          f"data first (resumable, in {Path(out) / 'imaginary' / 'imaginer'}); skip it with --set "
                          "imagine.preset=shipped (a trained imaginer, where one ships), --set imagine.source=oracle "
                          "or none, or --imaginary DIR")
-        lines.append(f"    then {rollouts} imaginary rollouts for {', '.join(imagined)}")
+        counts = sorted(set(run.episodes.values()))
+        if im.oversample == 1:
+            lines.append(f"    then {rollouts} imaginary rollouts for {', '.join(imagined)}")
+        elif len(counts) == 1:
+            lines.append(f"    then {im.oversample} × {counts[0]} imaginary rollouts generated for each of "
+                         f"{', '.join(imagined)}, best {counts[0]} kept (imagine.oversample: the best of each task by "
+                         "the quality report)")
+        else:
+            lines.append("    then imaginary rollouts for " + ", ".join(
+                f"{lv} ({im.oversample} × {run.episodes[lv]} generated, best {run.episodes[lv]} kept)"
+                for lv in imagined) + " (imagine.oversample: the best of each task by the quality report)")
+        if im.filter != "none":
+            lines.append(f"    imagine.filter {im.filter!r} then drops the {'kept ' if im.oversample > 1 else ''}"
+                         "rollouts that fail it")
     elif "imaginary" in conditions and im.source == "oracle":
         lines.append(f"  imaginary data: oracle expert rollouts of {', '.join(imagined)} (no imaginer)")
     else:

@@ -80,8 +80,10 @@ def random_policy_success(eval_levels: dict[str, tuple[Any, Any]], spec: Spec, e
 
 def _results_key(config: Config) -> dict[str, Any]:
     key = config.results_key()
-    # An empty train.eval_levels (every level) stays out of the key, so it equals a key without that field.
+    # An empty train.eval_levels (every level) and imagine.oversample = 1 stay out of the key, so it equals
+    # the key of a workspace made before these fields existed.
     key["train"] = {k: v for k, v in key["train"].items() if k != "algos" and (k != "eval_levels" or v)}
+    key["imagine"] = {k: v for k, v in key["imagine"].items() if k != "oversample" or v != 1}
     return key
 
 

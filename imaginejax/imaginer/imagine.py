@@ -42,6 +42,21 @@ simulator, illegal-state rates), so every exported imaginary dataset says how go
 :func:`write_imaginary_datasets` also writes ``<env>-imaginary-quality.json`` and ``.md`` for all levels
 next to the dataset directories.
 
+**Oversampling** (``imagine(..., oversample=k)``, default 1: nothing changes): k·N rows are generated
+with the same key — rows 0 .. N-1 are exactly the rollouts ``oversample=1`` writes, the rest more draws
+of the same kind — every finite row is scored against the simulator
+(:func:`~imaginejax.imaginer.quality.score_dataset`), and N are kept by
+:func:`~imaginejax.imaginer.quality.rank_rollouts`' order (goal reached with every state legal, then goal
+reached, then legal, then the rest; within a class lower mean transition error; ties in generation
+order), *per task*: of each task, the best as many as it has among rows 0 .. N-1 (where non-finite rows
+leave a task short, the best of the other tasks fill up to N). So the kept data has exactly the task mix
+``oversample=1`` writes, and only the rollouts within each task get better: ranking all k·N at once
+would fill the budget with the tasks the imaginer finds easy and drop the hard ones, shifting the
+training distribution away from the tasks evaluation weighs equally. Per task, the kept rollouts rank
+at or above every dropped one, and, holding the ``oversample=1`` rows among their candidates, reach
+their goal at least as often. The provenance's ``oversample`` records k, the counts generated and kept,
+the ranking rule and the quality summary of all k·N rows (``quality`` is the kept rollouts').
+
 The environment supplies (see ARCHITECTURE.md "Contracts"): ``reset_to_task_batch``,
 ``state_vector``, ``goal_of``, ``instructions(level)``, the pure predicates ``success`` and
 ``reward`` (or quality rules with :class:`~imaginejax.envs.registry.EpisodeRules`), ``name``,
@@ -69,7 +84,7 @@ import numpy as np
 from tqdm import tqdm
 
 from imaginejax import envs
-from imaginejax.data.types import TrajectoryDataset
+from imaginejax.data.types import TrajectoryDataset, take_trajectories
 from imaginejax.data.validate import validate_dataset
 from imaginejax.envs.registry import EpisodeRules, QualityRules, transition_rules
 from imaginejax.imaginer.finetune import Imaginer
@@ -77,7 +92,7 @@ from imaginejax.imaginer.generate import prefill
 from imaginejax.imaginer.kalm import (KalmConfig, StateNormalizer, adapter_apply, decode_states, rollout_prompts,
                                       round_up_length, splice_embeddings, tokenize_instructions)
 from imaginejax.imaginer.llama import Params, forward
-from imaginejax.imaginer.quality import score_dataset, summarize, summary_markdown
+from imaginejax.imaginer.quality import RANKING_RULE, best_rows, score_dataset, summarize, summary_markdown
 
 __all__ = ["GeneratedRollouts", "ImaginationError", "ImaginationResult", "episode_rules",
            "generate_rollouts", "imagine", "rollouts_to_dataset", "write_imaginary_datasets"]
@@ -216,8 +231,9 @@ def generate_rollouts(params: Params, config: KalmConfig, normalizer: StateNorma
 
 
 class ImaginationResult(NamedTuple):
-    """``dataset``: the valid imaginary rollouts; ``num_requested``: rows generated;
-    ``num_dropped_nonfinite``: rows dropped for a non-finite state; ``seconds``: wall time."""
+    """``dataset``: the valid imaginary rollouts; ``num_requested``: the N rollouts asked for (k·N
+    generated with ``oversample=k``); ``num_dropped_nonfinite``: generated rows dropped for a non-finite
+    state; ``seconds``: wall time."""
 
     dataset: TrajectoryDataset
     num_requested: int
@@ -237,8 +253,7 @@ def rollouts_to_dataset(rollouts: GeneratedRollouts, *, instruction_ids: np.ndar
     :class:`ImaginationError` when no row is left (nothing is built).
     """
     host = GeneratedRollouts(*(np.asarray(x) for x in jax.device_get(tuple(rollouts))))
-    finite = host.finite & np.all(np.isfinite(host.states.reshape(len(host.finite), -1)), axis=1)
-    keep = np.flatnonzero(finite & (host.lengths > 0))
+    keep = _written_rows(host)
     dropped = int(len(host.finite) - len(keep))
     if len(keep) == 0:
         raise ImaginationError(
@@ -254,9 +269,7 @@ def rollouts_to_dataset(rollouts: GeneratedRollouts, *, instruction_ids: np.ndar
     rewards = np.where(mask, host.rewards[keep] + success_bonus * terminals, 0.0).astype(np.float32)
     actions = host.actions[keep]
     meta = dict(provenance)
-    meta.update(num_dropped_nonfinite=dropped, num_rollouts=int(len(keep)),
-                success_rate=float(terminals.any(axis=1).mean()),
-                mean_length=float(lengths.mean()), success_bonus=float(success_bonus))
+    meta.update(num_dropped_nonfinite=dropped, **_outcome(mask, terminals), success_bonus=float(success_bonus))
     dataset = TrajectoryDataset(
         states=host.states[keep].astype(np.float32),
         actions=actions.astype(np.int32 if discrete else np.float32),
@@ -269,6 +282,32 @@ def rollouts_to_dataset(rollouts: GeneratedRollouts, *, instruction_ids: np.ndar
         env=env, level=level, source="imaginary", discrete=bool(discrete), provenance=meta)
     validate_dataset(dataset, num_actions=num_actions if discrete else None)
     return dataset, dropped
+
+
+def _written_rows(host: GeneratedRollouts) -> np.ndarray:
+    """Indices of the rows :func:`rollouts_to_dataset` writes: every state finite, at least one step."""
+    finite = host.finite & np.all(np.isfinite(host.states.reshape(len(host.finite), -1)), axis=1)
+    return np.flatnonzero(finite & (host.lengths > 0))
+
+
+def _outcome(mask: np.ndarray, terminals: np.ndarray) -> dict[str, Any]:
+    """The provenance's ``num_rollouts``, ``success_rate`` and ``mean_length`` of rollouts (N, T)."""
+    return {"num_rollouts": int(len(mask)), "success_rate": float(terminals.any(axis=1).mean()),
+            "mean_length": float(mask.sum(axis=1).mean())}
+
+
+def _keep_best(pool: TrajectoryDataset, tasks: np.ndarray, quotas: dict[int, int], count: int, oversample: int,
+               generated: int, threshold: float | None) -> TrajectoryDataset:
+    """The ``count`` best rollouts of ``pool`` (see the module docstring, "Oversampling"): ``tasks`` (P,)
+    each pool row's task, ``quotas`` task -> rollouts to keep; the provenance gains ``oversample``."""
+    scores = score_dataset(pool, threshold=threshold)
+    rows = best_rows(scores, count, groups=tasks, quotas=quotas)
+    kept = take_trajectories(pool, rows)
+    record = {"k": int(oversample), "generated": int(generated), "kept": int(len(rows)), "rule": RANKING_RULE,
+              "per_task": "each task keeps as many as oversample = 1 writes of it (its count among the first "
+                          f"{count} generated rows)", "quality_generated": summarize(scores)}
+    return dataclasses.replace(kept, provenance={**pool.provenance, **_outcome(kept.mask, kept.terminals),
+                                                 "oversample": record})
 
 
 def _goal_array(goals: np.ndarray) -> np.ndarray:
@@ -335,7 +374,8 @@ def episode_rules(env: Any, max_steps: int) -> EpisodeRules:
 def imagine(imaginer: Imaginer, env: Any, env_params: Any, key: jax.Array, num_rollouts: int, *,
             task_indices: np.ndarray | None = None, chunk_size: int = 64, horizon: int | None = None,
             success_bonus: float = 0.0, project: bool | None = None, quality: bool | None = None,
-            quality_threshold: float | None = None, progress: bool = True) -> ImaginationResult:
+            quality_threshold: float | None = None, oversample: int = 1,
+            progress: bool = True) -> ImaginationResult:
     """Generates ``num_rollouts`` imaginary rollouts for the level of ``env_params``.
 
     Args:
@@ -356,15 +396,19 @@ def imagine(imaginer: Imaginer, env: Any, env_params: Any, key: jax.Array, num_r
         (``provenance["quality"]``). None (default): when the environment's registry entry has quality
         rules; True: always (an error without rules); False: never.
       quality_threshold: "exceeds dynamics" threshold (default: the rules').
+      oversample: k >= 1: generate k·N rows and keep the N best per task (module docstring,
+        "Oversampling"; needs the environment's quality rules). 1 (default): the N rows as generated.
       progress: print a line per chunk to stderr.
     Returns:
       :class:`ImaginationResult`; its dataset has ``source="imaginary"``, the level's instruction
       table and embeddings, and provenance naming the model, preset, checkpoint hash and training step
       (and how the checkpoint was chosen, ``checkpoint_selection``, when the imaginer says), state
-      prediction, projection and (``quality``) the quality summary.
+      prediction, projection, (``quality``) the quality summary and (``oversample`` > 1) the oversampling.
     """
     if num_rollouts < 1:
         raise ValueError(f"num_rollouts must be >= 1, got {num_rollouts}")
+    if isinstance(oversample, bool) or not isinstance(oversample, (int, np.integer)) or oversample < 1:
+        raise ValueError(f"oversample must be an integer >= 1 (1: keep every generated rollout), got {oversample!r}")
     config = imaginer.config
     if config.discrete != bool(env.discrete):
         raise ValueError("the imaginer and the environment disagree on discrete actions")
@@ -377,6 +421,9 @@ def imagine(imaginer: Imaginer, env: Any, env_params: Any, key: jax.Array, num_r
             raise ValueError(f"project=True but environment {env.name!r} has no projection onto its "
                              "legal set in its quality rules; pass project=False")
         project_fn, project_name = quality_rules.project, quality_rules.project_name
+    if oversample > 1 and quality_rules is None:
+        raise ValueError(f"oversample={oversample} ranks rollouts by their quality, but environment {env.name!r} "
+                         "has no quality rules to score them with; pass oversample=1")
     rules = episode_rules(env, int(env_params.max_steps))
     level = str(env_params.level)
     horizon = int(env_params.max_steps if horizon is None else horizon)
@@ -388,15 +435,17 @@ def imagine(imaginer: Imaginer, env: Any, env_params: Any, key: jax.Array, num_r
         task_indices = np.asarray(task_indices, np.int32)
         if task_indices.shape != (num_rollouts,):
             raise ValueError(f"task_indices must have shape ({num_rollouts},), got {task_indices.shape}")
-    chunk = int(min(chunk_size, num_rollouts))
+        task_indices = np.tile(task_indices, int(oversample))
+    generated = int(oversample) * num_rollouts
+    chunk = int(min(chunk_size, num_rollouts))  # of N, not k·N: rows 0 .. N-1 are oversample=1's
     reset = _reset_fn(env)
     parts: list[GeneratedRollouts] = []
-    ids_parts, goal_parts = [], []
+    ids_parts, goal_parts, task_parts = [], [], []
     start = time.perf_counter()
-    bar = tqdm(total=num_rollouts, desc=f"imagine {env.name}/{level}", unit="rollout", file=sys.stderr,
+    bar = tqdm(total=generated, desc=f"imagine {env.name}/{level}", unit="rollout", file=sys.stderr,
                disable=not progress)
-    for c in range(-(-num_rollouts // chunk)):
-        lo, hi = c * chunk, min((c + 1) * chunk, num_rollouts)
+    for c in range(-(-generated // chunk)):
+        lo, hi = c * chunk, min((c + 1) * chunk, generated)
         key_chunk = jax.random.fold_in(key, c)
         key_tasks, key_reset = jax.random.split(key_chunk)
         if task_indices is None:
@@ -413,6 +462,7 @@ def imagine(imaginer: Imaginer, env: Any, env_params: Any, key: jax.Array, num_r
         parts.append(out)
         ids_parts.append(np.asarray(ids)[: hi - lo])
         goal_parts.append(np.asarray(goals)[: hi - lo])
+        task_parts.append(np.asarray(tasks)[: hi - lo])
         if progress:
             steps = sum(int(p.mask.sum()) for p in parts)
             bar.set_postfix_str(f"{steps:,} steps, {steps / max(time.perf_counter() - start, 1e-9):,.0f} "
@@ -437,13 +487,18 @@ def imagine(imaginer: Imaginer, env: Any, env_params: Any, key: jax.Array, num_r
         instructions=instructions, instruction_embeddings=np.asarray(env_params.instruction_embeddings),
         env=str(env.name), level=level, discrete=bool(env.discrete), provenance=provenance,
         success_bonus=success_bonus, num_actions=getattr(env, "num_actions", None))
+    if oversample > 1:
+        tasks = np.concatenate(task_parts)
+        quotas = {int(t): int(n) for t, n in zip(*np.unique(tasks[:num_rollouts], return_counts=True))}
+        dataset = _keep_best(dataset, tasks[_written_rows(merged)], quotas, num_rollouts, oversample, generated,
+                             quality_threshold)
     if quality is None:
         quality = quality_rules is not None
     if quality:
         summary = summarize(score_dataset(dataset, threshold=quality_threshold))
         dataset = dataclasses.replace(dataset, provenance={**dataset.provenance, "quality": summary})
     if dropped:
-        message = (f"imagine {env.name}/{level}: dropped {dropped} of {num_rollouts} rollouts with "
+        message = (f"imagine {env.name}/{level}: dropped {dropped} of {generated} rollouts with "
                    "non-finite generated states (never written)")
         warnings.warn(message, RuntimeWarning, stacklevel=2)
     return ImaginationResult(dataset, int(num_rollouts), dropped, seconds)
@@ -459,9 +514,11 @@ def write_imaginary_datasets(imaginer: Imaginer, env_name: str, out_root: str | 
     With quality scoring on (the default where the environment has quality rules), every
     dataset's manifest carries its quality summary (``provenance["quality"]``), and
     ``out_root/<env>-imaginary-quality.json`` (``{"env", "levels": {level: summary}, "datasets":
-    {level: {"dir", "checkpoint_hash"}}}``) and ``.md`` (the table) are written atomically after the
-    last level; levels already in an existing file (written by an earlier call into the same
-    ``out_root``) are kept unless regenerated. -> level -> dataset directory."""
+    {level: {"dir", "checkpoint_hash"}}}``, with ``"oversample": {"k", "generated", "kept"}`` for an
+    oversampled level) and ``.md`` (the table; an oversampled level's rollouts read "kept of
+    generated") are written atomically after the last level; levels already in an existing file
+    (written by an earlier call into the same ``out_root``) are kept unless regenerated.
+    -> level -> dataset directory."""
     from imaginejax.core.files import write_text
     from imaginejax.data.io import save_dataset
     from imaginejax.envs import make
@@ -469,6 +526,7 @@ def write_imaginary_datasets(imaginer: Imaginer, env_name: str, out_root: str | 
 
     written: dict[str, Path] = {}
     summaries: dict[str, Any] = {}
+    oversampled: dict[str, Any] = {}
     for index, level in enumerate(levels):
         env, params = make(env_name, level, embed=encode_instructions if embed else None)
         result = imagine(imaginer, env, params, jax.random.fold_in(key, index), num_rollouts, **kwargs)
@@ -477,6 +535,8 @@ def write_imaginary_datasets(imaginer: Imaginer, env_name: str, out_root: str | 
                                       overwrite=overwrite)
         if "quality" in result.dataset.provenance:
             summaries[level] = result.dataset.provenance["quality"]
+        if "oversample" in result.dataset.provenance:
+            oversampled[level] = result.dataset.provenance["oversample"]
     if summaries:
         root = Path(out_root)
         path = root / f"{env_name}-imaginary-quality.json"
@@ -490,13 +550,16 @@ def write_imaginary_datasets(imaginer: Imaginer, env_name: str, out_root: str | 
             except (OSError, ValueError):
                 pass  # an unreadable old report is replaced
         report["levels"].update(summaries)
-        report["datasets"].update({level: {"dir": written[level].name,
-                                           "checkpoint_hash": imaginer.checkpoint_hash}
-                                   for level in summaries})
-        summaries = report["levels"]
+        for level in summaries:
+            entry: dict[str, Any] = {"dir": written[level].name, "checkpoint_hash": imaginer.checkpoint_hash}
+            if level in oversampled:
+                entry["oversample"] = {k: oversampled[level][k] for k in ("k", "generated", "kept")}
+            report["datasets"][level] = entry
+        generated = {level: entry["oversample"]["generated"] for level, entry in report["datasets"].items()
+                     if isinstance(entry, dict) and isinstance(entry.get("oversample"), dict)}
         write_text(root / f"{env_name}-imaginary-quality.json",
                    json.dumps(report, indent=2) + "\n")
         write_text(root / f"{env_name}-imaginary-quality.md",
                    f"# Imaginary rollouts of {env_name}: quality\n\n"
-                   + summary_markdown(summaries))
+                   + summary_markdown(report["levels"], generated=generated))
     return written

@@ -30,7 +30,8 @@ predicates broadcast over the leading axis; the flat batch is padded to a power 
 compilations serve any dataset size). :func:`quality_report` gives a :class:`QualityReport` (per
 level: :class:`RolloutScores` per step, a JSON-able summary, a markdown table);
 :func:`filter_dataset` keeps the rollouts that pass chosen criteria and records what it did in the
-dataset's provenance.
+dataset's provenance; :func:`rank_rollouts` orders rollouts from best to worst and :func:`best_rows` keeps
+the best (per task), which is how ``imagine(..., oversample=k)`` keeps N of k·N generated rollouts.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ from imaginejax.envs.registry import QualityRules
 __all__ = [
     "RolloutScores", "QualityReport", "QualityError", "quality_rules_of", "score_dataset", "summarize",
     "quality_report", "summary_markdown", "filter_dataset", "dataset_fingerprint", "trajectory_success",
+    "RANKING_RULE", "rank_rollouts", "best_rows",
 ]
 
 
@@ -385,11 +387,13 @@ class QualityReport:
         return summary_markdown(self.levels)
 
 
-def summary_markdown(levels: Mapping[str, Mapping[str, Any]]) -> str:
+def summary_markdown(levels: Mapping[str, Mapping[str, Any]],
+                     generated: Mapping[str, int] | None = None) -> str:
     """A markdown table of :func:`summarize` dicts, one row per level (name -> summary): rollouts,
     goal consistency, legal rollouts, consistent ∧ legal, illegal states (and per category),
     transition error (mean / p90), exceeds dynamics, consistent ∧ realistic; then a note on the
-    error unit and threshold."""
+    error unit and threshold. ``generated``: level -> rollouts generated for an oversampled level,
+    whose rollouts cell then reads "kept of generated" (:func:`rank_rollouts`)."""
     if not levels:
         raise QualityError("summary_markdown needs at least one level")
     first = next(iter(levels.values()))
@@ -401,7 +405,10 @@ def summary_markdown(levels: Mapping[str, Mapping[str, Any]]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for level, s in levels.items():
         error = s["transition_error"]
-        cells = [level, str(s["num_rollouts"]), _pct(s["goal_consistency"]),
+        kept = str(s["num_rollouts"])
+        if generated and level in generated:
+            kept += f" of {generated[level]}"
+        cells = [level, kept, _pct(s["goal_consistency"]),
                  _pct(s["legal_rollout_rate"]), _pct(s["consistent_and_legal_rate"]),
                  _pct(s["illegal_state_rate"])]
         cells += [_pct(s["illegal_states_by_category"].get(c)) for c in categories]
@@ -414,6 +421,9 @@ def summary_markdown(levels: Mapping[str, Mapping[str, Any]]) -> str:
                 f"and the simulator's, in {unit}; it exceeds dynamics above {threshold:g}.")
     else:
         note = f"Transitions were not checked: {first['no_simulator_reason']}."
+    if generated and any(level in generated for level in levels):
+        note += (" Rollouts \"n of m\": the best n of m generated (imagine.oversample), ranked "
+                 f"{RANKING_RULE}, per task.")
     return "\n".join(lines) + "\n\n" + note + "\n"
 
 
@@ -441,6 +451,61 @@ def quality_report(datasets: (TrajectoryDataset | Sequence[TrajectoryDataset]
     scores = {name: score_dataset(ds, rules=rules, threshold=threshold)
               for name, ds in datasets.items()}
     return QualityReport(envs.pop(), {name: summarize(s) for name, s in scores.items()}, scores)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Ranking (oversampling keeps the best rollouts)
+
+RANKING_RULE = ("goal reached with every state legal, then goal reached, then every state legal, then the rest; "
+                "within a class, lower mean transition error first; ties in generation order")
+
+
+def rank_rollouts(scores: RolloutScores) -> np.ndarray:
+    """(N,) rollout indices, best first: the lexicographic order of ``(class, error, index)`` with
+
+        class  0: goal reached and every state s_0 .. s_L legal;  1: goal reached;  2: every state legal;  3: the rest
+        error  = (1/L) Σ_t transition_error_t over the rollout's L valid steps (the dynamics error against
+                 the simulator; without a simulator it is the same for every rollout)
+        index  = the rollout's row (generation order)
+    """
+    legal = scores.legal_initial & scores.legal_next.all(axis=1)  # legal_next is True on padding
+    goal = scores.goal_reached
+    rank_class = np.where(goal & legal, 0, np.where(goal, 1, np.where(legal, 2, 3)))
+    total = np.where(scores.mask, scores.transition_error, 0.0).sum(axis=1)
+    error = total / np.maximum(scores.lengths, 1)
+    error = np.where(np.isnan(error), np.inf, error)  # no simulator: every error ties
+    return np.lexsort((np.arange(len(goal)), error, rank_class))
+
+
+def best_rows(scores: RolloutScores, count: int, *, groups: np.ndarray | None = None,
+              quotas: Mapping[int, int] | None = None) -> np.ndarray:
+    """Sorted row indices of the ``count`` rollouts of ``scores`` kept by the :func:`rank_rollouts` order.
+
+    Without ``groups``: the first ``count`` of the order. With ``groups`` ((N,) int, e.g. each rollout's
+    task) and ``quotas`` (group -> rollouts to keep, summing to at most ``count``): the best ``quotas[g]`` of
+    each group g; where a group holds fewer than its quota, the best of the others fill up to ``count``.
+    Every row when N <= ``count``.
+    """
+    order = rank_rollouts(scores)
+    n = len(order)
+    if count >= n:
+        return np.arange(n)
+    if groups is None:
+        return np.sort(order[:count])
+    groups = np.asarray(groups)
+    if groups.shape != (n,) or quotas is None:
+        raise QualityError(f"groups must have shape ({n},) and come with quotas (group -> count), got "
+                           f"{groups.shape} and {quotas!r}")
+    if sum(quotas.values()) > count:
+        raise QualityError(f"quotas sum to {sum(quotas.values())}, more than count = {count}")
+    ranked = groups[order]
+    by_group = np.argsort(ranked, kind="stable")  # rank order kept within each group
+    sorted_groups = ranked[by_group]
+    within = np.empty(n, np.int64)  # position of each ranked row within its group (0: the group's best)
+    within[by_group] = np.arange(n) - np.searchsorted(sorted_groups, sorted_groups, side="left")
+    taken = within < np.array([quotas.get(int(g), 0) for g in ranked], np.int64)
+    taken[np.flatnonzero(~taken)[: count - int(taken.sum())]] = True
+    return np.sort(order[taken])
 
 
 # ---------------------------------------------------------------------------------------------------
