@@ -95,9 +95,9 @@ def test_exported_tokenizer_and_architecture_match_the_gguf(tmp_path: Path) -> N
 
 
 def test_dry_run_of_every_stage(tmp_path: Path) -> None:
-    stages = ["info", "matmul", "train", "envs", "bench"]
+    stages = ["info", "matmul", "train", "engine", "envs", "bench"]
     if importlib.util.find_spec("torch") is not None:
-        stages.insert(4, "imaginer")
+        stages.insert(5, "imaginer")
     results = run_driver(tmp_path, *stages, budget=2400)
     for stage in stages:
         assert results["stages"][stage]["status"] == "ok", results["stages"][stage].get("error")
@@ -105,6 +105,9 @@ def test_dry_run_of_every_stage(tmp_path: Path) -> None:
     assert {(r["algorithm"], r["action_space"], r["runs"]) for r in train["rows"]} == {
         (a, s, r) for a in ("bc", "td3bc") for s in ("continuous", "discrete") for r in (1, 2)}
     assert all(r["seed_updates_per_s"] > 0 for r in train["rows"])
+    engine = results["stages"]["engine"]["result"]["rows"]
+    assert [r["contender"] for r in engine] == ["bare", "interval", "interval + eval", "trainer"]
+    assert all(r["seed_updates_per_s"] > 0 for r in engine) and engine[0]["share_of_bare"] == 1.0
     envs = results["stages"]["envs"]["result"]["rows"]
     assert {r["env"] for r in envs} == {"clevr", "babyai", "cheetah"} and all("error" not in r for r in envs)
     assert next(r for r in envs if r["env"] == "cheetah")["mujoco_c_steps_per_s"] > 0

@@ -1,6 +1,6 @@
 """The suite on one accelerator, measured against the alternatives on the same machine, in one bounded run.
 
-    python experiments/accelerator/driver.py --out DIR [--stages info matmul train envs imaginer bench]
+    python experiments/accelerator/driver.py --out DIR [--stages info matmul train engine envs imaginer bench]
                                              [--budget 450] [--dry-run] [--no-d3rlpy]
 
 Started by ``run.sh`` on a GPU machine (which installs the carried wheels first); ``--dry-run`` runs every
@@ -12,6 +12,8 @@ Stages, each with a share of ``--budget`` seconds (a stage past its share skips 
 * ``matmul``: the device's measured matmul peak (``jnp.dot`` of n × n matrices, float32 at XLA's default
   precision — what the algorithms use — and bfloat16), the denominator of every "% of peak".
 * ``train``: every algorithm at R runs in one call against d3rlpy on the same device (``train_stage.py``).
+* ``engine``: the engine's interval against the bare update scan at the same R, without and with evaluation
+  (``experiments/benchmarks/engine_overhead.py``; goal: ≥ 80 % of the bare rate without evaluation).
 * ``envs``: CLEVR and BabyAI at large batches; MJX HalfCheetah, Meta-World and LIBERO against MuJoCo C on
   all host cores (``env_stage.py``).
 * ``imaginer``: fine-tuning and generation tokens/s against transformers (``imaginer_stage.py``).
@@ -44,8 +46,8 @@ sys.path.insert(0, str(HERE.parent / "benchmarks"))
 # the same run and the bench stage's own JAX process.
 os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.45")
 
-STAGES = ("info", "matmul", "train", "envs", "imaginer", "bench")
-SHARES = {"info": 0.01, "matmul": 0.03, "train": 0.40, "envs": 0.32, "imaginer": 0.24, "bench": 0.25}
+STAGES = ("info", "matmul", "train", "engine", "envs", "imaginer", "bench")
+SHARES = {"info": 0.01, "matmul": 0.03, "train": 0.40, "engine": 0.10, "envs": 0.32, "imaginer": 0.24, "bench": 0.25}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,6 +88,10 @@ class Sizes:
     gen_new: int = 64
     generation_reserve: float = 20.0
     torch_device: str = "cuda"
+    engine_algos: tuple[str, ...] = ("bc", "cql")
+    engine_runs: tuple[int, ...] = (8, 64)
+    engine_updates: int = 1000
+    engine_eval_episodes: int = 80
     bench_preset: str = "clevr-quick"
     bench_overrides: tuple[str, ...] = ()
 
@@ -96,7 +102,8 @@ DRY = Sizes(peak_size=256, algos=("bc", "td3bc"), runs=(1, 2), updates=2, repeat
             d3rlpy_seconds=1.0, d3rlpy_repeats=1, d3rlpy_warmup=1, d3rlpy_reserve=0.0, jax_batches=(8,), env_steps=2,
             mjx_cases=(("cheetah", None),), mjx_batches=(2,), mjx_steps=1, c_batch=2, mjx_reserve=0.0,
             mjx_timing_reserve=0.0, imaginer_models=("tiny",), ft_batch=2, ft_length=64, gen_batches=(1,),
-            gen_prompt=8, gen_new=4, generation_reserve=0.0, torch_device="cpu",
+            gen_prompt=8, gen_new=4, generation_reserve=0.0, torch_device="cpu", engine_algos=("bc",),
+            engine_runs=(2,), engine_updates=2, engine_eval_episodes=4,
             bench_overrides=("data.episodes=20", "imagine.episodes=4", "imagine.finetune={num_steps = 2, "
                              "warmup_steps = 1, log_every = 1, checkpoint_every = 2}", "train.seeds=2",
                              "train.updates=4", "train.intervals=2", "train.eval_episodes=1",
@@ -145,6 +152,38 @@ def stage_matmul(sizes: Sizes, budget: Any) -> dict[str, Any]:
         out[dtype] = matmul_peak(sizes.peak_size, 7, dtype=dtype)
         log(f"matmul peak {dtype}: {out[dtype] / 1e12:.1f} TFLOP/s")
     return out
+
+
+def stage_engine(sizes: Sizes, budget: Any) -> dict[str, Any]:
+    """``engine_overhead.py``'s contenders (bare scan, interval, interval + evaluation, trainer) for each
+    algorithm and R, alternated ``sizes.repeats`` times; what the budget leaves out is listed as skipped."""
+    import jax
+    from _common import Spread, alternate
+    from engine_overhead import CONTENDERS, SHAPES, contenders, random_transitions
+
+    from imaginejax import envs
+    from imaginejax.lang import encode_instructions
+
+    level = envs.make("clevr", "train", embed=encode_instructions)
+    data = random_transitions(jax.random.PRNGKey(1), SHAPES[1], sizes.dataset_size)
+    rows, skipped = [], []
+    for name in sizes.engine_algos:
+        for runs in sizes.engine_runs:
+            if budget.expired():
+                skipped.append(f"{name} R={runs}: budget spent")
+                continue
+            calls = contenders(name, runs, sizes.engine_updates, sizes.engine_eval_episodes, 3, data, level)
+            samples = alternate(calls, sizes.repeats)
+            bare = Spread.of(samples["bare"])
+            for contender in CONTENDERS:
+                spread = Spread.of(samples[contender])
+                rows.append({"algorithm": name, "runs": runs, "contender": contender,
+                             "seed_updates_per_s": runs * sizes.engine_updates / spread.median,
+                             "share_of_bare": bare.median / spread.median, "seconds": samples[contender]})
+            log(f"engine {name} R={runs}: " + ", ".join(f"{r['contender']} {r['share_of_bare']:.0%}"
+                                                       for r in rows[-len(CONTENDERS):]))
+    return {"updates": sizes.engine_updates, "eval_episodes": sizes.engine_eval_episodes, "rows": rows,
+            "skipped": skipped}
 
 
 def stage_bench(sizes: Sizes, budget: Any, work: Path) -> dict[str, Any]:
@@ -224,6 +263,14 @@ def markdown(results: dict[str, Any]) -> str:
                          f"{_nan(r['d3rlpy_sequential_hours'])} | {_nan(r['d3rlpy_parallel_hours'])} |")
         for s in train.get("skipped", []) + train.get("failures", []):
             lines.append(f"- skipped: {s}")
+    engine = results["stages"].get("engine", {}).get("result")
+    if engine:
+        lines += ["", f"Engine against the bare update scan ({engine['updates']:,} updates per interval, evaluation "
+                      f"{engine['eval_episodes']} episodes per run on CLEVR train):", "",
+                  "| algorithm | R | contender | seed-updates/s | share of the bare scan |", "|---|---:|---|---:|---:|"]
+        lines += [f"| {r['algorithm']} | {r['runs']} | {r['contender']} | {_f(r['seed_updates_per_s'])} | "
+                  f"{r['share_of_bare']:.0%} |" for r in engine["rows"]]
+        lines += [f"- skipped: {s}" for s in engine.get("skipped", [])]
     envs = results["stages"].get("envs", {}).get("result")
     if envs:
         lines += ["", "| env | backend | batch | steps/s | MuJoCo C steps/s (batch) | ratio | compile s |",
@@ -352,6 +399,7 @@ def main() -> None:
             "info": lambda: stage_info(sizes, budget),
             "matmul": lambda: stage_matmul(sizes, budget),
             "train": lambda: train_stage.run(sizes, budget, peak or 1.0, log),
+            "engine": lambda: stage_engine(sizes, budget),
             "envs": lambda: env_stage.run(sizes, budget, log),
             "imaginer": lambda: imaginer_stage.run(sizes, budget, log),
             "bench": lambda: stage_bench(sizes, budget, args.work or args.out / "work"),
