@@ -173,3 +173,31 @@ def test_a_checkpoint_whose_history_is_shorter_than_its_interval_is_refused():
     assert History.from_arrays(arrays, meta, 1).steps == [10]
     with pytest.raises(CheckpointError, match="interval 2 lacks history"):
         History.from_arrays(arrays, meta, 2)
+
+
+# ------------------------------------------------------------------------------------------- memory
+def test_dataset_memory_is_estimated_and_a_configuration_too_big_is_refused_before_collecting(tmp_path, monkeypatch):
+    from imaginejax.bench import protocol
+    from imaginejax.bench.config import ConfigError, resolve
+
+    config = load_config("clevr-demo", ["data.episodes=100", "imagine.episodes=8", "imagine.oversample=3"])
+    estimate = protocol.data_memory(resolve(config))
+    # By hand, CLEVR: T = 50 steps, S = 10, one action index: per step 4·(10 + 1 + 1) + 3 bytes of padded
+    # trajectory and 4·(2·10 + 1 + 3) of transitions = 147; per trajectory 4·10 + 50·147 = 7,390 bytes.
+    # Each novel level keeps 8 imaginary rollouts of 3 × 8 generated; the oracle 8.
+    novel = ("rephrase", "easy", "hard")
+    steps = {lv: int(envs.make("clevr", lv)[1].max_steps) for lv in novel}
+    per = {lv: 40 + steps[lv] * 147 for lv in novel}
+    assert estimate == {"real": 100 * 7390, "imaginary": sum(24 * per[lv] for lv in novel),
+                        "oracle": sum(8 * per[lv] for lv in novel)}
+    assert protocol.data_memory(resolve(config), real_given=True, oracle_given=True)["real"] == 0
+    with pytest.raises(ConfigError, match=r"up to 1\.\d MiB of host memory .* but 1\.0 MiB are available: lower "
+                                          r"data\.episodes or imagine\.episodes"):
+        protocol.check_data_memory(resolve(config), estimate, available=2**20)
+    protocol.check_data_memory(resolve(config), estimate, available=2**30)
+    # train refuses before it opens a workspace or collects anything.
+    monkeypatch.setattr(protocol, "available_memory", lambda: 2**20)
+    monkeypatch.setenv("IMAGINEJAX_HOME", str(tmp_path / "home"))
+    with pytest.raises(ConfigError, match="nothing was collected"):
+        protocol.train(config, tmp_path / "ws")
+    assert not (tmp_path / "ws").exists() and not (tmp_path / "home" / "data").exists()

@@ -41,7 +41,7 @@ from typing import Any, Sequence
 import jax
 
 from imaginejax import envs
-from imaginejax.bench.config import Config, ConfigError, ReportConfig, resolve
+from imaginejax.bench.config import Config, ConfigError, ReportConfig, Resolved, resolve
 from imaginejax.bench.datasets import (DataArg, check_oracle_given, first_trajectories, load_datasets, mixed_sources,
                                        origin, real_data)
 from imaginejax.bench.report import table
@@ -56,6 +56,7 @@ from imaginejax.core.files import fields_of, read_json, write_json, write_text
 from imaginejax.core.runlog import Log, log_stderr, quiet
 from imaginejax.data import (EnvFacts, TrajectoryDataset, concat_transitions, read_manifest, to_transitions,
                              validate_for_env)
+from imaginejax.data.budget import available_memory
 from imaginejax.data.errors import DatasetError
 from imaginejax.data.experts import cached_expert_path
 from imaginejax.training.progress import count, format_seconds
@@ -79,6 +80,53 @@ def source_summary(datasets: Sequence[TrajectoryDataset]) -> dict[str, Any]:
 # Seconds per unit of work on a 2-core CPU, for the plan's rough estimate (measured: docs/estimates.md).
 ROUGH_SECONDS = {"compile": 20.0, "sample": 1.5e-5, "eval_step": 2e-5, "rollout": 0.2, "collect": 10.0,
                  "finetune_step": 1.5, "finetune_step_tiny": 0.5}
+
+
+def data_memory(run: Resolved, *, real_given: bool = False, imaginary_given: bool = False,
+                oracle_given: bool = False) -> dict[str, int]:
+    """Host bytes the datasets of ``run`` take at most, before any is collected: per dataset, N padded
+    trajectories of the level's step cap T (states (N, T+1, S), actions, rewards and flags (N, T)) and
+    their transitions (state, next state, action, reward, terminal, instruction per step), float32.
+
+    Returns: ``{"real": bytes, "imaginary": bytes, "oracle": bytes}`` (0 for given or untrained data);
+    imaginary counts ``imagine.oversample`` × the kept rollouts, which generation holds at once.
+    """
+    def level_bytes(level: str, trajectories: int) -> int:
+        env, params = envs.make(run.env, level)
+        steps, state = int(params.max_steps), int(env.state_dim)
+        action = 1 if env.discrete else int(env.action_dim)
+        per_step = 4 * (state + action + 1) + 3 + 4 * (2 * state + action + 3)
+        return trajectories * (4 * state + steps * per_step)
+
+    imaginary = "imaginary" in run.conditions and run.imagine.source != "none" and not imaginary_given
+    return {"real": 0 if real_given else level_bytes("train", run.data.episodes),
+            "imaginary": sum(level_bytes(lv, n * run.imagine.oversample) for lv, n in run.episodes.items())
+            if imaginary else 0,
+            "oracle": sum(level_bytes(lv, n) for lv, n in run.episodes.items())
+            if "oracle" in run.conditions and not oracle_given else 0}
+
+
+def format_bytes(size: int) -> str:
+    """``"1.25 GiB"`` / ``"3.4 MiB"``."""
+    return f"{size / 2**30:.2f} GiB" if size >= 2**30 else f"{size / 2**20:.1f} MiB"
+
+
+def check_data_memory(run: Resolved, estimate: dict[str, int], available: int | None = None) -> None:
+    """Refuses a configuration whose datasets (:func:`data_memory`) exceed the memory available now.
+
+    Raises:
+      ConfigError: naming the estimate per kind of data, the memory available and what to lower.
+    """
+    available = available_memory() if available is None else available
+    total = sum(estimate.values())
+    if total > available:
+        parts = ", ".join(f"{kind} {format_bytes(size)}" for kind, size in estimate.items() if size)
+        raise ConfigError(f"the datasets of this configuration take up to {format_bytes(total)} of host memory "
+                          f"({parts}; {run.data.episodes} real trajectories of {run.env}, "
+                          + ", ".join(f"{n} per {lv}" for lv, n in run.episodes.items())
+                          + f" imaginary / oracle) but {format_bytes(available)} are available: lower "
+                          "data.episodes or imagine.episodes (imagine.level_episodes, imagine.oversample), or "
+                          "run on a machine with more memory; nothing was collected")
 
 
 def plan(config: Config, out: str | Path, *, imaginary: Sequence[DataArg] = (), real_given: bool = False,
@@ -165,7 +213,10 @@ def plan(config: Config, out: str | Path, *, imaginary: Sequence[DataArg] = (), 
               f"  estimate: roughly {format_seconds(seconds)} on a 2-core CPU (from these sizes, measured within 10-30 % "
               "on such a machine; more cores are faster, a loaded machine slower)" if jax.default_backend() == "cpu"
               else f"  estimate: none for a {jax.default_backend().upper()} yet (the progress line's ETA follows from "
-                   "the second interval)"]
+                   "the second interval)",
+              "  host memory for the datasets: up to " + format_bytes(sum(data_memory(
+                  run, real_given=real_given, imaginary_given=imaginary_given, oracle_given=bool(oracle)).values()))
+              + f" ({format_bytes(available_memory())} available now)"]
     return "\n".join(lines)
 
 
@@ -204,6 +255,8 @@ def train(config: Config, out: str | Path, *, real: Sequence[DataArg] = (), imag
     check_algorithms(config)
     run = resolve(config)
     check_oracle_given(run, config.train, oracle)
+    check_data_memory(run, data_memory(run, real_given=bool(real), imaginary_given=bool(imaginary),
+                                       oracle_given=bool(oracle)))
     out = distributed.writer_first(lambda: open_workspace(out, config))
     log(plan(config, out, imaginary=imaginary, real_given=bool(real), oracle=oracle))
     env_name = run.env
