@@ -8,14 +8,13 @@ Every function is pure and takes traced hyperparameters, so it runs unchanged un
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 import chex
 import jax
 import jax.numpy as jnp
 import optax
 from flax import struct
-from jax.custom_batching import custom_vmap
 
 from imaginejax.data.types import Transitions
 
@@ -121,36 +120,6 @@ def masked_step(do: jax.Array, new: PyTree, old: PyTree) -> PyTree:
     return jax.tree.map(lambda n, o: jnp.where(do, n, o), new, old)
 
 
-def _where_runs(do: jax.Array, new: PyTree, old: PyTree) -> PyTree:
-    """:func:`masked_step` with ``do`` of shape (R1, ..., Rk) over the leading run axes of every leaf."""
-    return jax.tree.map(lambda n, o: jnp.where(do.reshape(do.shape + (1,) * (n.ndim - do.ndim)), n, o), new, old)
-
-
-def masked_call(do: jax.Array, fn: Callable[..., PyTree], args: tuple, old: PyTree) -> PyTree:
-    """``masked_step(do, fn(*args), old)``, with ``fn`` computed only when some run does the step.
-
-    Same values bit for bit; ``fn`` must be pure and close over no traced value (pass those in ``args``).
-    Under ``vmap`` over runs (any depth) it is ``lax.cond(any(do), where(do, vmap(fn)(args), old), old)``:
-    an update taken every N-th step (a target copy, TD3's delayed actor) costs nothing on the others,
-    where a vmapped ``lax.cond`` would compute both branches.
-    """
-
-    @custom_vmap
-    def call(do: jax.Array, args: tuple, old: PyTree) -> PyTree:
-        return jax.lax.cond(jnp.any(do), lambda: _where_runs(do, fn(*args), old), lambda: old)
-
-    @call.def_vmap
-    def batched(size: int, batched_in: tuple, do: jax.Array, args: tuple, old: PyTree) -> tuple[PyTree, PyTree]:
-        do_b, args_b, old_b = batched_in
-        grow = lambda x, b: x if b else jnp.broadcast_to(x, (size,) + jnp.shape(x))
-        out = masked_call(grow(do, do_b), jax.vmap(fn, in_axes=jax.tree.map(lambda b: 0 if b else None, args_b),
-                                                   axis_size=size),
-                          args, jax.tree.map(grow, old, old_b))
-        return out, jax.tree.map(lambda _: True, out)
-
-    return call(do, args, old)
-
-
 def polyak_update(target: PyTree, online: PyTree, tau: jax.Array | float) -> PyTree:
     """θ' ← (1 − τ) θ' + τ θ, leaf by leaf."""
     return jax.tree.map(lambda t, o: (1.0 - tau) * t + tau * o, target, online)
@@ -160,7 +129,7 @@ def periodic_polyak_update(target: PyTree, online: PyTree, count: jax.Array, int
                            tau: jax.Array | float) -> PyTree:
     """:func:`polyak_update` on the ``count``-th update (1 after the first) when count mod N = 0 (N ≥ 1)."""
     due = (count % jnp.maximum(jnp.asarray(interval, jnp.int32), 1)) == 0
-    return masked_call(due, polyak_update, (target, online, tau), target)
+    return masked_step(due, polyak_update(target, online, tau), target)
 
 
 def adam(learning_rate: jax.Array | float) -> optax.GradientTransformation:

@@ -23,7 +23,7 @@ import optax
 from flax import struct
 
 from imaginejax.algos.base import Algorithm, Spec
-from imaginejax.algos.common import (DataStats, Datasets, adam, adam_step, masked_call, periodic_polyak_update,
+from imaginejax.algos.common import (DataStats, Datasets, adam, adam_step, masked_step, periodic_polyak_update,
                                      td_target, twin_critic_loss)
 from imaginejax.algos.networks import EncodedMLP, NetConfig, TwinCritic, first_critic_apply
 from imaginejax.data.types import Batch
@@ -140,7 +140,7 @@ def make_td3bc(spec: Spec, net: NetConfig = NetConfig()) -> Algorithm:
         # The actor (with its Adam state) and the targets move only on every policy_freq-th update.
         count = state.step + 1
         due = (count % jnp.maximum(hp.policy_freq, 1)) == 0
-        actor_params, actor_opt = masked_call(due, adam_step, (state.actor_params, a_grads, state.actor_opt),
+        actor_params, actor_opt = masked_step(due, adam_step(state.actor_params, a_grads, state.actor_opt),
                                               (state.actor_params, state.actor_opt))
         new_state = TD3BCState(
             actor_params=actor_params, critic_params=critic_params,

@@ -15,7 +15,7 @@ import pytest
 
 from imaginejax.algos.base import Spec
 from imaginejax.algos.bcq_discrete import action_filter, bcq_loss, filtered_argmax, make_bcq_discrete
-from imaginejax.algos.common import (DataStats, huber, masked_call, masked_step, periodic_polyak_update,
+from imaginejax.algos.common import (DataStats, huber, periodic_polyak_update,
                                      td_target, twin_critic_loss)
 from imaginejax.algos.cql_discrete import cql_loss, make_cql_discrete, next_state_value
 from imaginejax.algos.networks import NetConfig, TwinCritic
@@ -77,54 +77,6 @@ def test_periodic_polyak_is_hard_or_soft_and_vmaps_over_the_interval():
         jnp.asarray([1, 2, 3], jnp.int32))
     np.testing.assert_array_equal(out, [1.0, 1.0, 0.0])
 
-
-
-def test_masked_call_equals_masked_step_and_skips_when_no_run_is_due():
-    calls = []
-
-    def step(params, grads, scale):  # an update with a side effect that shows when it runs
-        jax.debug.callback(lambda: calls.append(1))
-        return jax.tree.map(lambda p, g: p - scale * g, params, grads)
-
-    params = {"w": jnp.arange(6.0).reshape(2, 3), "b": jnp.ones(3)}
-    grads = jax.tree.map(lambda x: 0.5 * x + 1.0, params)
-    both = lambda do, p, g, s: (masked_call(do, step, (p, g, s), p), masked_step(do, step(p, g, s), p))
-
-    def check(do, p, g, s, fn=both):
-        calls.clear()
-        got, want = jax.jit(fn)(do, p, g, s)
-        jax.tree.map(np.testing.assert_array_equal, got, want)
-        return got
-
-    # One run: due or not.
-    assert check(jnp.bool_(False), params, grads, 0.1)["w"][0, 1] == 1.0
-    check(jnp.bool_(True), params, grads, 0.1)
-    # Runs vmapped (once and twice), some due; the step's scale per run or shared.
-    runs = jax.tree.map(lambda x: jnp.stack([x, 2 * x, 3 * x]), params)
-    do = jnp.asarray([True, False, True])
-    got = check(do, runs, grads, jnp.asarray([0.1, 0.2, 0.3]), jax.vmap(both, in_axes=(0, 0, None, 0)))
-    np.testing.assert_array_equal(got["w"][1], runs["w"][1])  # the run not due is left bit for bit
-    grid = jax.tree.map(lambda x: jnp.stack([x, x + 1]), runs)
-    check(jnp.asarray([[False, True, False], [False, False, True]]), grid, grads, 0.5,
-          jax.vmap(jax.vmap(both, in_axes=(0, 0, None, None)), in_axes=(0, 0, None, None)))
-    # No run due: the step is not computed (a vmapped lax.cond would compute both branches).
-    check(jnp.zeros((3,), bool), runs, grads, 0.1, jax.vmap(lambda do, p, g, s: (masked_call(do, step, (p, g, s), p),
-                                                                                p), in_axes=(0, 0, None, None)))
-    assert calls == []
-    # Inside a scan of vmapped runs, as in the engine: due every 3rd step per run.
-    def train(p0, period):
-        def body(p, k):
-            return masked_call(k % period == 0, step, (p, grads, 0.1), p), None
-        return jax.lax.scan(body, p0, jnp.arange(1, 7))[0]
-
-    def reference(p0, period):
-        def body(p, k):
-            return masked_step(k % period == 0, step(p, grads, 0.1), p), None
-        return jax.lax.scan(body, p0, jnp.arange(1, 7))[0]
-
-    periods = jnp.asarray([1, 3, 7])
-    jax.tree.map(np.testing.assert_array_equal, jax.jit(jax.vmap(train))(runs, periods),
-                 jax.jit(jax.vmap(reference))(runs, periods))
 
 def test_state_normalizer_uses_real_statistics_and_leaves_the_embedding():
     real = Transitions(state=jnp.asarray([[0.0, 1.0], [2.0, 1.0]]), action=jnp.zeros((2,), jnp.int32),
