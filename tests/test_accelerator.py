@@ -16,6 +16,7 @@ ACCEL = REPO_ROOT / "experiments" / "accelerator"
 sys.path.insert(0, str(ACCEL))
 
 import driver  # noqa: E402
+import parts  # noqa: E402
 from budget import Budget  # noqa: E402
 
 
@@ -112,3 +113,34 @@ def test_dry_run_of_every_stage(tmp_path: Path) -> None:
     assert {r["env"] for r in envs} == {"clevr", "babyai", "cheetah"} and all("error" not in r for r in envs)
     assert next(r for r in envs if r["env"] == "cheetah")["mujoco_c_steps_per_s"] > 0
     assert results["stages"]["bench"]["result"]["status"] == "finished"
+
+
+def test_a_file_split_into_parts_is_joined_back_and_a_missing_or_damaged_part_is_refused(tmp_path: Path) -> None:
+    original = tmp_path / "weights.whl"
+    original.write_bytes(os.urandom(5 * 2**20 + 123))
+    manifest = parts.split(original, tmp_path / "parts", 2 * 2**20, rebuild="prepare.py --smollm2")
+    record = json.loads(manifest.read_text(encoding="utf-8"))
+    assert [p["bytes"] for p in record["parts"]] == [2 * 2**20, 2 * 2**20, 2**20 + 123]
+    assert parts.join(manifest, tmp_path / "out").read_bytes() == original.read_bytes()
+
+    third = tmp_path / "parts" / "weights.whl.part-3"
+    kept = third.read_bytes()
+    third.unlink()  # not carried yet
+    assert parts.missing_parts(manifest) == ["weights.whl.part-3"]
+    with pytest.raises(parts.PartError, match=r"part 3 of 3 of weights.whl .* is missing: carry it"):
+        parts.join(manifest, tmp_path / "out2")
+    third.write_bytes(kept[:-1] + bytes([kept[-1] ^ 1]))  # one bit flipped
+    with pytest.raises(parts.PartError, match=r"part 3 of 3 .* is damaged .*rebuild the parts with `prepare.py "
+                                              r"--smollm2`"):
+        parts.join(manifest, tmp_path / "out2")
+    third.write_bytes(kept)
+    # Parts intact but not the file the manifest names: the joined file is checked before it is renamed.
+    manifest.write_text(json.dumps({**record, "sha256": "0" * 64}), encoding="utf-8")
+    with pytest.raises(parts.PartError, match="joined to a file whose SHA-256 is not the manifest's"):
+        parts.join(manifest, tmp_path / "out2")
+    assert list((tmp_path / "out2").iterdir()) == []  # nothing half-written
+    third.write_bytes(kept[:-1] + bytes([kept[-1] ^ 1]))
+    # From the command line, as run.sh calls it: the error without a traceback, exit status 1.
+    result = subprocess.run([sys.executable, str(ACCEL / "parts.py"), "join", str(manifest), "--out",
+                             str(tmp_path / "out3")], capture_output=True, text=True, check=False)
+    assert result.returncode == 1 and "is damaged" in result.stderr and "Traceback" not in result.stderr

