@@ -1,6 +1,7 @@
 """Why an imaginer fails on CLEVR's rephrase level: wrong goal (language) or bad states (dynamics)?
 
-    .venv/bin/python experiments/diagnosis/imaginer_rephrase.py probe MODEL [--num 128] [--seed 1]
+    .venv/bin/python experiments/diagnosis/imaginer_rephrase.py probe MODEL [--num 128] [--seed 1] [--data DIR]
+        [--no-generate] [--tag=-NAME]
     .venv/bin/python experiments/diagnosis/imaginer_rephrase.py embed MODEL [--centroid 4 --queries 2]
 
 MODEL: ``shipped:clevr`` (the package's imaginer), a study run name or directory (``RUN@best``, ``RUN@500``
@@ -22,12 +23,18 @@ with a rephrase phrasing of the same goal; everything else is identical. Per set
   generated steps whose action advances the goal from the generated state, transition error and
   exceeds-dynamics rate against the simulator (:func:`imaginejax.imaginer.quality.score_dataset`).
 
+``--data DIR`` (e.g. the fine-tuning data) probes its first rows instead of fresh trajectories, each asked with
+its own instruction and with a rephrase: a model that memorised its data agrees with 100 % of the recorded
+actions there, ε-random ones included.
+
 **embed** — mean-pooled final hidden states over the instruction tokens of the rollout prompt
 (``<start> rollout\\n I \\n``). Goal centroids from ``--centroid`` training phrasings per goal; queries:
 ``--queries`` other training phrasings and ``--queries`` rephrase phrasings per goal (the same template
-positions for every goal); nearest centroid
-(cosine, after subtracting the mean centroid) over the 80 goals; top-1 accuracy and per slot (ball a, ball
-b, direction). Prints JSON and writes it to ``$IMAGINEJAX_HOME/imaginer-study/diagnosis/``.
+positions for every goal); nearest centroid (cosine, after subtracting the mean centroid; ``*_own_centre``: the
+queries centred on their own mean) over the 80 goals; top-1 accuracy and per slot (ball a, ball b, direction).
+
+Both print JSON and write it to ``$IMAGINEJAX_HOME/imaginer-study/diagnosis/``. Findings: docs/imaginer.md,
+"Why SmolLM2 loses to tiny on rephrase".
 """
 
 from __future__ import annotations
@@ -297,14 +304,17 @@ def _pooled(params: Any, config: Any, tokenizer: Any, fmt: Any, strings: list[st
     return np.concatenate(out)
 
 
-def nearest_centroid(centroid_vectors: np.ndarray, centroid_goal: np.ndarray, query_vectors: np.ndarray
-                     ) -> np.ndarray:
-    """Goal of the nearest centroid (cosine, after subtracting the mean centroid) for each query: (Q,)."""
+def nearest_centroid(centroid_vectors: np.ndarray, centroid_goal: np.ndarray, query_vectors: np.ndarray,
+                     own_centre: bool = False) -> np.ndarray:
+    """Goal of the nearest centroid (cosine, after subtracting the mean centroid) for each query: (Q,).
+
+    ``own_centre``: subtract the queries' own mean from them instead (removes a shift shared by every query,
+    e.g. a new template's words, when the queries cover the goals evenly)."""
     goals = np.unique(centroid_goal)
     centroids = np.stack([centroid_vectors[centroid_goal == g].mean(0) for g in goals])
     centre = centroids.mean(0)
     c = centroids - centre
-    q = query_vectors - centre
+    q = query_vectors - (query_vectors.mean(0) if own_centre else centre)
     c /= np.linalg.norm(c, axis=1, keepdims=True)
     q /= np.linalg.norm(q, axis=1, keepdims=True)
     return goals[np.argmax(q @ c.T, axis=1)]
@@ -339,11 +349,12 @@ def embed(args: argparse.Namespace) -> dict[str, Any]:
                            "seconds": round(time.perf_counter() - started, 1)}
     for name in ("train", "rephrase"):
         truth = np.asarray(goal_of[name])
-        guess = nearest_centroid(vectors["centroid"], np.asarray(goal_of["centroid"]), vectors[name])
-        out[name] = {"top1": float((guess == truth).mean()),
-                     "ball_a": float((table[guess, 2] == table[truth, 2]).mean()),
-                     "ball_b": float((table[guess, 3] == table[truth, 3]).mean()),
-                     "direction": float((table[guess, 4] == table[truth, 4]).mean())}
+        for own in (False, True):
+            guess = nearest_centroid(vectors["centroid"], np.asarray(goal_of["centroid"]), vectors[name], own)
+            out[name + ("_own_centre" if own else "")] = {
+                "top1": float((guess == truth).mean()), "ball_a": float((table[guess, 2] == table[truth, 2]).mean()),
+                "ball_b": float((table[guess, 3] == table[truth, 3]).mean()),
+                "direction": float((table[guess, 4] == table[truth, 4]).mean())}
     return out
 
 
