@@ -126,6 +126,23 @@ def test_progress_potential_on_hand_built_states():
     assert float(score_fn(far, jnp.asarray(0), far, push)) > float(score_fn(far, jnp.asarray(1), far, push))
 
 
+def test_push_advances_goal_on_a_hand_built_layout():
+    """Red (0) at the origin, blue (1) 0.5 to its right, the rest parked at the back; goal "red left of
+    blue": red is on the correct side but 0.5 > 0.39 away. A push moves a ball ~0.19 along its direction
+    (physics.DIRECTIONS: 0 = +x, 2 = -x, 4 = (+x, +y), 6 = (+x, -y), 1 = +y)."""
+    balls = np.array([[0.0, 0.0], [0.5, 0.0], [-0.5, 0.45], [0.0, 0.45], [0.5, 0.45]], np.float32)
+    goal = jnp.asarray(tasks.encode_goal(tasks.KIND_RELATIONAL, ((0, 1, tasks.LEFT),)))
+    advances = np.asarray(expert.push_advances_goal(jnp.asarray(balls.reshape(10))[None], jnp.arange(40), goal[None]))
+    # Red towards blue (+x, diagonals with +x), or blue towards red (-x, diagonals with -x): 8·ball + direction.
+    assert set(np.flatnonzero(advances)) == {0, 4, 6, 8 + 2, 8 + 5, 8 + 7}
+    # A push of a third ball never counts, and red pushed away from blue (-x) or sideways (+y) does not advance.
+    assert not advances[16:].any() and not advances[2] and not advances[1]
+    # Easy (push) goals: the push itself decides. Broadcasting: a (2,) batch of states against one goal.
+    push = jnp.asarray(tasks.encode_goal(tasks.KIND_PUSH, ((0, 0, tasks.RIGHT),)))
+    states = jnp.broadcast_to(jnp.asarray(balls.reshape(10)), (2, 10))
+    assert np.asarray(expert.push_advances_goal(states, jnp.array([0, 8]), push)).tolist() == [True, False]
+
+
 @pytest.mark.slow
 def test_default_expert_on_every_hard_goal():
     env, params = level("hard")

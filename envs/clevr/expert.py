@@ -130,6 +130,31 @@ def score(prev_state: jax.Array, action: jax.Array, next_state: jax.Array, goal:
     return progress(next_state, goal) + bonus - WORKBENCH_WEIGHT * _workbench_excess(next_state)
 
 
+def push_advances_goal(state: jax.Array, action: jax.Array, goal: jax.Array) -> jax.Array:
+    """Whether a push is a step towards the goal: state (..., 10), action (...) int, goal (..., G) -> (...) bool
+    (broadcast).
+
+    relational: the pushed ball is one of the two balls (A or B) of one of the goal's clauses and the simulated
+    push raises :func:`progress` by more than ``STUCK_TOLERANCE`` (the expert moves A or B, about half each);
+    push (easy): :func:`tasks.push_matches`; line / gather: :func:`progress` rises. A push of a third ball
+    that happens to help counts as wrong.
+    """
+    shape = jnp.broadcast_shapes(state.shape[:-1], jnp.shape(action), goal.shape[:-1])
+    state = jnp.broadcast_to(state, shape + state.shape[-1:]).reshape(-1, tasks.STATE_DIM)
+    action = jnp.broadcast_to(jnp.asarray(action, jnp.int32), shape).reshape(-1)
+    goal = jnp.broadcast_to(goal, shape + goal.shape[-1:]).reshape(-1, tasks.GOAL_DIM)
+    ball, direction = physics.decode_action(action)
+    after = physics.push(tasks.balls_of(state), ball, direction).reshape(state.shape)
+    gains = progress(after, goal) > progress(state, goal) + STUCK_TOLERANCE
+    a, b, _ = tasks.clause_fields(goal)
+    moved = (a == ball[:, None]) | (b == ball[:, None])
+    subject = jnp.any(moved & (jnp.arange(tasks.MAX_CLAUSES) < goal[:, 1:2]), axis=-1)
+    kind = goal[:, 0]
+    out = jnp.where(kind == tasks.KIND_PUSH, tasks.push_matches(action, goal),
+                    jnp.where(kind == tasks.KIND_RELATIONAL, subject & gains, gains))
+    return out.reshape(shape)
+
+
 def _push_all(balls: jax.Array) -> jax.Array:
     """All 40 pushes from each layout: balls (B, 5, 2) → (B, 40, 5, 2)."""
     batch = balls.shape[0]
