@@ -40,6 +40,7 @@ SLOW = {
     "test_sweep_sharding.py::test_sharded_runs_match_unsharded": "8 host devices in a subprocess, 34 s; the multi-process tests (slow) shard the same sweeps",
     "test_metaworld_expert.py::test_expert_collection_gives_successful_trajectories": "11 s; the expert's success is measured in the slow tier anyway",
     "test_llama_smollm2.py::test_weights_match_transformers": "19 s; greedy generation's parity with transformers stays in the fast tier",
+    "test_imaginer_precision.py::test_bfloat16_logits_of_smollm2_are_close_to_float32": "SmolLM2 load and two compilations, 30 s; the tiny model's bfloat16 parity stays in the fast tier",
     "test_llama_smollm2.py::test_logits_match_transformers": "20 s; greedy generation's parity with transformers stays in the fast tier, and test_llama.py's logit parity on a random Llama",
     "test_cli.py::test_results_in_memory_equal_the_results_read_back": "a second bench training, 22 s; test_fit.py checks in-memory == read back in the fast tier",
     "test_algos_clevr.py::test_discrete_algorithm_learns_clevr_train_level[bc]": "learning run, 32 s with its data; every algorithm's learning run is in the slow tier",

@@ -7,7 +7,9 @@
 # 1. `study train` with the preset smollm2-lora-all (SmolLM2-135M, rank-16 LoRA on all seven projections,
 #    4x the CPU recipe's batch) for STEPS micro-batches (default 1500) on 2,000 real expert trajectories, a
 #    checkpoint every 500 steps; stopped after TRAIN_SECONDS (default 420) if not done, and the latest
-#    checkpoint is what the rest uses. One H100 ran 6 steps/s (26k tokens/s) after 50 s of compiling.
+#    checkpoint is what the rest uses. One H100 ran 6 steps/s (26k tokens/s) after 50 s of compiling, in
+#    float32; COMPUTE_DTYPE (default bfloat16: mixed precision, docs/imaginer.md "Mixed precision") sets the
+#    preset's compute_dtype, recorded in the run and the exported imaginer (COMPUTE_DTYPE=float32: the old run).
 # 2. `shipped export` of the latest checkpoint into OUT/assets (what imaginejax/imaginer/assets/ receives).
 # 3. `study evaluate --project` (NUM rollouts per level, default 256) of the latest checkpoint, then of the
 #    earlier ones (newest first) while EVAL_SECONDS (default 150) last.
@@ -23,6 +25,7 @@ TRAIN_SECONDS=${3:-420}
 EVAL_SECONDS=${4:-150}
 RUN=${RUN:-clevr-smollm2-lora-all}
 NUM=${NUM:-256}
+COMPUTE_DTYPE=${COMPUTE_DTYPE:-bfloat16}
 PY=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1
 cd "$OUT"
@@ -30,7 +33,8 @@ RUN_DIR=$("$PY" -c "from imaginejax.imaginer.study import run_dir; print(run_dir
 
 start=$SECONDS
 timeout --signal=TERM "$TRAIN_SECONDS" "$PY" -m imaginejax.imaginer.study train "$RUN" --preset smollm2-lora-all \
-  --steps "$STEPS" --trajectories 2000 --set checkpoint_every=500 --set max_to_keep=20
+  --steps "$STEPS" --trajectories 2000 --set checkpoint_every=500 --set max_to_keep=20 \
+  --set compute_dtype="$COMPUTE_DTYPE"
 echo "train: exit $? after $((SECONDS - start)) s"
 cp "$RUN_DIR/history.json" "$RUN_DIR/run.json" "$OUT/" 2>/dev/null
 
@@ -39,7 +43,7 @@ latest=$(echo "$steps" | head -1)
 [ -n "$latest" ] || { echo "no checkpoint was written" >&2; exit 1; }
 echo "checkpoints: $(echo $steps); exporting step $latest"
 "$PY" -m imaginejax.imaginer.shipped export "$RUN_DIR" --env clevr --name "$RUN" --out "$OUT/assets" \
-  --training-command "bash experiments/accelerator/imaginer_finetune.sh OUT $STEPS $TRAIN_SECONDS (step $latest)"
+  --training-command "COMPUTE_DTYPE=$COMPUTE_DTYPE bash experiments/accelerator/imaginer_finetune.sh OUT $STEPS $TRAIN_SECONDS (step $latest)"
 
 eval_start=$SECONDS
 for step in $steps; do

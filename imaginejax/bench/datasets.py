@@ -196,7 +196,7 @@ def imagine_datasets(run: Resolved, real: Sequence[TrajectoryDataset], out_dir: 
         from imaginejax.imaginer.shipped import ShippedImaginerError, load_shipped
 
         try:
-            imaginer = load_shipped(env_name)
+            imaginer = load_shipped(env_name, compute_dtype=dict(im.finetune).get("compute_dtype"))
         except ShippedImaginerError as error:
             raise ConfigError(f"imagine.preset 'shipped': {error}") from None
         log(f"imaginer: the package's trained {env_name} imaginer ({imaginer.model_name}, {imaginer.step} "
@@ -213,7 +213,8 @@ def imagine_datasets(run: Resolved, real: Sequence[TrajectoryDataset], out_dir: 
         imaginer = result.imaginer
         log(f"imaginer: {imaginer.step} fine-tuning steps done ({time.perf_counter() - start:.0f}s)")
         if result.best_step is not None:
-            imaginer = load_imaginer(result.run_dir, "best", model_path=dict(im.finetune).get("model_path"))
+            imaginer = load_imaginer(result.run_dir, "best", model_path=dict(im.finetune).get("model_path"),
+                                     compute_dtype=dict(im.finetune).get("compute_dtype"))
             log(f"imaginer: the best checkpoint by validation writes the rollouts: step {imaginer.step} "
                 f"(score {imaginer.selection['score']:.3f}; the last step is {result.imaginer.step})")
     datasets = []

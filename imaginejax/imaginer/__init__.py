@@ -17,6 +17,7 @@ from imaginejax.imaginer.llama import (
     LlamaForCausalLM,
     LlamaOutput,
     RopeScaling,
+    compute_setting,
     embed,
     forward,
     init_cache,
@@ -41,7 +42,7 @@ from imaginejax.imaginer.quality import (
 
 __all__ = [
     "GenerationOutput", "greedy_generate", "prefill",
-    "KVCache", "LlamaConfig", "LlamaForCausalLM", "LlamaOutput", "RopeScaling", "embed", "forward",
+    "KVCache", "LlamaConfig", "LlamaForCausalLM", "LlamaOutput", "RopeScaling", "compute_setting", "embed", "forward",
     "init_cache", "init_params", "lm_logits",
     "load_gguf", "load_gguf_config", "load_gguf_tokenizer", "load_hf_checkpoint", "load_hf_config",
     "load_hf_tokenizer", "smollm2_gguf_path",

@@ -95,7 +95,7 @@ from imaginejax.imaginer.records import RUN_FORMAT, RUN_SCHEMA_VERSION, Preset
 __all__ = [
     "Preset", "PRESETS", "get_preset", "TrainState", "Imaginer", "FinetuneResult", "BaseModel",
     "build_base_model", "make_optimizer", "make_train_step", "effective_params", "params_fingerprint",
-    "finetune", "load_imaginer", "evaluate",
+    "finetune", "load_imaginer", "evaluate", "with_compute_dtype",
 ]
 
 LLAMA2_DIR_ENV: Final[str] = "IMAGINEJAX_LLAMA2_DIR"
@@ -380,6 +380,8 @@ class Imaginer:
       selection: how the checkpoint was chosen when not simply the one asked for
       (``load_imaginer(step="best")``: ``{"checkpoint": "best", "by", "score"}``), recorded in the
       provenance of the rollouts it writes; None otherwise.
+      trained_compute_dtype: the compute dtype it was fine-tuned in when it computes in another
+      (:func:`with_compute_dtype`); None: ``config.compute_dtype``.
     """
 
     config: KalmConfig
@@ -393,6 +395,7 @@ class Imaginer:
     step: int
     run_dir: str | None = None
     selection: Mapping[str, Any] | None = None
+    trained_compute_dtype: str | None = None
 
     @property
     def model_name(self) -> str:
@@ -400,6 +403,16 @@ class Imaginer:
         llama = self.config.llama
         return (f"llama(L={llama.num_hidden_layers}, D={llama.hidden_size}, "
                 f"V={llama.vocab_size})")
+
+
+def with_compute_dtype(imaginer: Imaginer, compute_dtype: str) -> Imaginer:
+    """The same weights computing in ``compute_dtype`` (e.g. a float32-trained imaginer generating in
+    bfloat16): the explicit override :func:`load_imaginer` refuses to make silently. The rollouts'
+    provenance records the dtype it was fine-tuned in as ``trained_compute_dtype``."""
+    trained = imaginer.trained_compute_dtype or imaginer.config.compute_dtype
+    config = dataclasses.replace(imaginer.config, compute_dtype=compute_dtype)
+    return dataclasses.replace(imaginer, config=config,
+                               trained_compute_dtype=None if trained == compute_dtype else trained)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -525,7 +538,7 @@ def _kalm_setup(preset: Preset, datasets: Sequence[TrajectoryDataset], num_actio
                         discrete=bool(first.discrete), num_actions=_action_count(datasets, num_actions),
                         state_token_id=base.placeholders[0], action_token_id=base.placeholders[1],
                         state_loss_weight=float(preset.state_loss_weight),
-                        state_prediction=preset.state_prediction)
+                        state_prediction=preset.state_prediction, compute_dtype=preset.compute_dtype)
     corpus = build_corpus(datasets, base.tokenizer)
     layout = layout_for_corpus(base.text_format, corpus, max_steps=preset.max_steps,
                                predict_initial_state=preset.predict_initial_state)
@@ -608,7 +621,7 @@ def finetune(preset: Preset | str, datasets: TrajectoryDataset | Sequence[Trajec
         saved_preset = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8")).get("preset")
         if saved_preset != json.loads(json.dumps(preset.to_json())):
             raise ValueError(f"cannot resume {run_dir}: its preset differs from this call's "
-                             "(different preset or overrides); use a new run_dir")
+                             f"({_preset_differences(saved_preset, preset)}); use a new run_dir")
     split = None
     if preset.validation is not None:
         from imaginejax.imaginer import validation
@@ -720,6 +733,17 @@ def finetune(preset: Preset | str, datasets: TrajectoryDataset | Sequence[Trajec
     return FinetuneResult(imaginer, history, run_dir, state, frozen, rows, None if best is None else best["step"])
 
 
+def _preset_differences(saved: Any, preset: Preset) -> str:
+    """The fields in which a run's recorded preset and ``preset`` differ, both values named."""
+    try:
+        run = Preset.from_json(saved)
+    except (TypeError, ValueError):
+        return "a preset this version does not read"
+    return "; ".join(f"{f.name} {getattr(run, f.name)!r} in the run, {getattr(preset, f.name)!r} now"
+                     for f in dataclasses.fields(Preset) if getattr(run, f.name) != getattr(preset, f.name)
+                     ) or "its JSON"
+
+
 def _write_validation(run_dir: Path, split: Any, rows: list[dict[str, Any]], best: Mapping[str, Any] | None) -> None:
     """``validation.json`` (the split and the rows) and, when ``best`` is given, ``best.json`` (the
     best row and what its score is)."""
@@ -737,7 +761,7 @@ def _format_validation(row: Mapping[str, Any], best: Mapping[str, Any], seconds:
 
 
 def load_imaginer(run_dir: str | os.PathLike[str], step: int | str | None = None, *,
-                  model_path: str | os.PathLike[str] | None = None) -> Imaginer:
+                  model_path: str | os.PathLike[str] | None = None, compute_dtype: str | None = None) -> Imaginer:
     """The imaginer of a run directory at checkpoint ``step``: a step, ``"best"`` (the best checkpoint
     by validation, ``best.json`` of a run fine-tuned with ``Preset.validation``; its ``selection`` says
     so) or None (the latest).
@@ -745,14 +769,17 @@ def load_imaginer(run_dir: str | os.PathLike[str], step: int | str | None = None
     Full fine-tuning runs need nothing but the directory; LoRA runs rebuild the frozen backbone
     from the preset (and check its hash): from ``model_path`` when the run's backbone was a file of
     its own (the path the record names is never opened), else the packaged SmolLM2 or
-    ``$IMAGINEJAX_LLAMA2_DIR``.
+    ``$IMAGINEJAX_LLAMA2_DIR``. ``compute_dtype``: the compute dtype the caller expects (None: the
+    one it was fine-tuned in, which it always computes in).
 
     Raises:
       RunRecordError: a field of ``run.json`` is refused (:func:`~imaginejax.imaginer.records.check_run_record`),
         checked before anything else is opened.
+      ValueError: ``compute_dtype`` is not the one the run was fine-tuned in (both named;
+        :func:`with_compute_dtype` overrides it explicitly).
       FileNotFoundError: no checkpoint, or ``"best"`` of a run without validation.
     """
-    from imaginejax.imaginer.records import RunRecordError, check_run_record
+    from imaginejax.imaginer.records import RunRecordError, check_compute_dtype, check_run_record
 
     run_dir = Path(run_dir).expanduser().resolve()
     try:
@@ -760,6 +787,7 @@ def load_imaginer(run_dir: str | os.PathLike[str], step: int | str | None = None
     except (UnicodeDecodeError, ValueError, RecursionError) as error:
         raise RunRecordError(f"{run_dir / RUN_FILE} is not valid JSON ({error}): fine-tune the run again") from None
     check_run_record(record, run_dir / RUN_FILE, trusted_model_path=model_path is not None)
+    check_compute_dtype(record, compute_dtype, str(run_dir))
     if model_path is not None:
         record = {**record, "preset": {**record["preset"], "model_path": str(model_path)}}
     tokenizer = tokenizers.Tokenizer.from_file(str(run_dir / TOKENIZER_FILE))

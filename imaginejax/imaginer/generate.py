@@ -9,6 +9,9 @@ Each row stops at its first EOS (any of ``eos_token_ids``; the EOS is kept in th
 ``max_new_tokens``; later slots hold ``pad_token_id``. The loop ends early once every row has
 stopped. ``max_new_tokens`` and the EOS set are static (one compilation per value); the prompt
 width is a shape (one compilation per width: pad prompts to a few bucket widths).
+
+``dtype`` and ``precision`` are the forward pass's (:func:`~imaginejax.imaginer.llama.compute_setting`):
+with ``dtype=jnp.bfloat16`` every step computes in bfloat16 and the KV cache holds bfloat16.
 """
 
 from __future__ import annotations
@@ -54,11 +57,12 @@ def last_real_index(attention_mask: jax.Array) -> jax.Array:
 def prefill(params: Params, config: LlamaConfig, *, input_ids: jax.Array | None = None,
             inputs_embeds: jax.Array | None = None, attention_mask: jax.Array | None = None,
             max_length: int, cache_dtype: Any = None,
-            precision: Any = DEFAULT_PRECISION) -> tuple[jax.Array, KVCache]:
+            precision: Any = DEFAULT_PRECISION, dtype: Any = None) -> tuple[jax.Array, KVCache]:
     """Run a (padded) prompt into a fresh cache of ``max_length`` slots.
 
     Exactly one of ``input_ids`` (B, P) and ``inputs_embeds`` (B, P, D); ``attention_mask`` (B, P)
-    {0,1}, default all ones. ``cache_dtype`` defaults to the embedding table's dtype.
+    {0,1}, default all ones. ``dtype``: the compute dtype (None: the parameters'); ``cache_dtype``
+    defaults to it, else to the embedding table's dtype.
     -> (final hidden state at each row's last real token (B, D), the cache holding the prompt).
     """
     source = input_ids if input_ids is not None else inputs_embeds
@@ -69,27 +73,28 @@ def prefill(params: Params, config: LlamaConfig, *, input_ids: jax.Array | None 
         attention_mask = jnp.ones((batch, width), jnp.int32)
     if max_length < width:
         raise ValueError(f"max_length={max_length} is shorter than the prompt width {width}")
-    dtype = cache_dtype or params["embed_tokens"]["embedding"].dtype
-    cache = init_cache(config, batch, max_length, dtype)
+    cache_dtype = cache_dtype or dtype or params["embed_tokens"]["embedding"].dtype
+    cache = init_cache(config, batch, max_length, cache_dtype)
     out = forward(params, config, input_ids, inputs_embeds=inputs_embeds,
                   attention_mask=attention_mask, cache=cache, compute_logits=False,
-                  precision=precision)
+                  precision=precision, dtype=dtype)
     last = last_real_index(attention_mask)
     final_hidden = jnp.take_along_axis(out.hidden_states, last[:, None, None], axis=1)[:, 0]
     return final_hidden, out.cache
 
 
 @functools.partial(jax.jit, static_argnames=("config", "max_new_tokens", "eos_token_ids",
-                                             "pad_token_id", "precision"))
+                                             "pad_token_id", "precision", "dtype"))
 def greedy_generate(params: Params, config: LlamaConfig, input_ids: jax.Array,
                     attention_mask: jax.Array | None = None, *, max_new_tokens: int,
                     eos_token_ids: tuple[int, ...] | None = None, pad_token_id: int | None = None,
-                    precision: Any = DEFAULT_PRECISION) -> GenerationOutput:
+                    precision: Any = DEFAULT_PRECISION, dtype: Any = None) -> GenerationOutput:
     """Greedy (argmax) continuation of a batch of prompts, jitted, with a KV cache.
 
     ``input_ids``: (B, P) int; ``attention_mask``: (B, P) {0,1} (left and/or right padding; default
     all ones). ``eos_token_ids`` defaults to ``config.eos_token_ids`` (empty: never stop early);
-    ``pad_token_id`` to ``config.pad_token_id``, else the first EOS, else 0.
+    ``pad_token_id`` to ``config.pad_token_id``, else the first EOS, else 0. ``dtype``,
+    ``precision``: the compute dtype (None: the parameters') and matmul precision.
     -> :class:`GenerationOutput` with (B, ``max_new_tokens``) tokens.
     """
     if max_new_tokens <= 0:
@@ -103,8 +108,8 @@ def greedy_generate(params: Params, config: LlamaConfig, input_ids: jax.Array,
 
     final_hidden, cache = prefill(params, config, input_ids=input_ids,
                                   attention_mask=attention_mask,
-                                  max_length=width + max_new_tokens, precision=precision)
-    first = jnp.argmax(lm_logits(params, config, final_hidden, precision), axis=-1).astype(jnp.int32)
+                                  max_length=width + max_new_tokens, precision=precision, dtype=dtype)
+    first = jnp.argmax(lm_logits(params, config, final_hidden, precision, dtype), axis=-1).astype(jnp.int32)
     tokens = jnp.full((batch, max_new_tokens), pad_token_id, jnp.int32).at[:, 0].set(first)
     finished = jnp.isin(first, eos)
 
@@ -115,7 +120,7 @@ def greedy_generate(params: Params, config: LlamaConfig, input_ids: jax.Array,
     def decode(state: tuple[jax.Array, jax.Array, jax.Array, jax.Array, KVCache]
                ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, KVCache]:
         step, tokens, current, finished, cache = state
-        out = forward(params, config, current[:, None], cache=cache, precision=precision)
+        out = forward(params, config, current[:, None], cache=cache, precision=precision, dtype=dtype)
         following = jnp.argmax(out.logits[:, 0], axis=-1).astype(jnp.int32)
         following = jnp.where(finished, pad_token_id, following)
         tokens = jax.lax.dynamic_update_slice(tokens, following[:, None], (0, step))

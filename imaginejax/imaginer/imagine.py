@@ -91,7 +91,7 @@ from imaginejax.imaginer.finetune import Imaginer
 from imaginejax.imaginer.generate import prefill
 from imaginejax.imaginer.kalm import (KalmConfig, StateNormalizer, adapter_apply, decode_states, rollout_prompts,
                                       round_up_length, splice_embeddings, tokenize_instructions)
-from imaginejax.imaginer.llama import Params, forward
+from imaginejax.imaginer.llama import Params, compute_setting, forward
 from imaginejax.imaginer.quality import RANKING_RULE, best_rows, score_dataset, summarize, summary_markdown
 
 __all__ = ["GeneratedRollouts", "ImaginationError", "ImaginationResult", "episode_rules",
@@ -134,6 +134,9 @@ def generate_rollouts(params: Params, config: KalmConfig, normalizer: StateNorma
                       rules: EpisodeRules | None = None) -> GeneratedRollouts:
     """Greedy, batched, KV-cached generation of state/action sequences (one compiled call).
 
+    The backbone computes in ``config.compute_dtype`` (its KV cache too); the adapters, heads and the
+    states and actions returned are float32.
+
     Args:
       params: ``{"llama", "kalm"}`` (LoRA merged).
       config: static KALM config.
@@ -163,13 +166,15 @@ def generate_rollouts(params: Params, config: KalmConfig, normalizer: StateNorma
     prompt_actions = jnp.zeros((batch, width) + action_shape[1:],
                                jnp.int32 if config.discrete else jnp.float32)
     embeds = splice_embeddings(params, config, tokens, state_inputs, prompt_actions, normalizer)
+    compute_dtype, precision = compute_setting(config.compute_dtype)  # the KV cache holds compute_dtype
     hidden, cache = prefill(params["llama"], config.llama, inputs_embeds=embeds,
-                            attention_mask=attention_mask, max_length=width + 2 * horizon)
+                            attention_mask=attention_mask, max_length=width + 2 * horizon,
+                            dtype=compute_dtype, precision=precision)
     dtype = embeds.dtype
 
     def decode(inputs: jax.Array, cache: Any) -> tuple[jax.Array, Any]:
         out = forward(params["llama"], config.llama, inputs_embeds=inputs[:, None, :].astype(dtype),
-                      cache=cache, compute_logits=False)
+                      cache=cache, compute_logits=False, dtype=compute_dtype, precision=precision)
         return out.hidden_states[:, 0], out.cache
 
     initial_states = initial_states.astype(jnp.float32)
@@ -403,7 +408,7 @@ def imagine(imaginer: Imaginer, env: Any, env_params: Any, key: jax.Array, num_r
       :class:`ImaginationResult`; its dataset has ``source="imaginary"``, the level's instruction
       table and embeddings, and provenance naming the model, preset, checkpoint hash and training step
       (and how the checkpoint was chosen, ``checkpoint_selection``, when the imaginer says), state
-      prediction, projection, (``quality``) the quality summary and (``oversample`` > 1) the oversampling.
+      prediction, compute dtype (and ``trained_compute_dtype`` when it generated in another), projection, (``quality``) the quality summary and (``oversample`` > 1) the oversampling.
     """
     if num_rollouts < 1:
         raise ValueError(f"num_rollouts must be >= 1, got {num_rollouts}")
@@ -477,9 +482,12 @@ def imagine(imaginer: Imaginer, env: Any, env_params: Any, key: jax.Array, num_r
         "training_step": int(imaginer.step), "run_dir": imaginer.run_dir, "key": _key_data(key),
         "num_requested": int(num_rollouts), "horizon": horizon, "decoding": "greedy",
         "task_indices": "given" if task_indices is not None else "uniform",
-        "state_prediction": config.state_prediction, "projection": project_name,
+        "state_prediction": config.state_prediction, "compute_dtype": config.compute_dtype,
+        "projection": project_name,
         "seconds": round(seconds, 3), "jax_version": jax.__version__,
     }
+    if imaginer.trained_compute_dtype is not None:  # finetune.with_compute_dtype: not the dtype it was trained in
+        provenance["trained_compute_dtype"] = imaginer.trained_compute_dtype
     if imaginer.selection is not None:  # e.g. the best checkpoint by validation, not the last
         provenance["checkpoint_selection"] = dict(imaginer.selection)
     dataset, dropped = rollouts_to_dataset(

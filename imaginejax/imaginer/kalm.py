@@ -63,7 +63,7 @@ import optax
 from flax import struct
 
 from imaginejax.data.types import TrajectoryDataset
-from imaginejax.imaginer.llama import LlamaConfig, Params, embed, forward, lm_logits
+from imaginejax.imaginer.llama import COMPUTE_DTYPES, LlamaConfig, Params, compute_setting, embed, forward, lm_logits
 
 __all__ = [
     "TASKS", "TASK_TARGETS", "KalmConfig", "StateNormalizer", "KalmAdapter", "KalmBatch",
@@ -108,6 +108,9 @@ class KalmConfig:
       state_token_id, action_token_id: the placeholder ids (see :func:`add_placeholder_tokens`).
       state_loss_weight, action_loss_weight, text_loss_weight: the loss mix (0.5, 0.5, 1.0).
       state_prediction: ``"absolute"`` or ``"delta"`` (see the module docstring).
+      compute_dtype: ``"float32"`` or ``"bfloat16"``, the backbone's matmuls
+        (:func:`~imaginejax.imaginer.llama.compute_setting`); the adapters, heads and losses are float32
+        either way. Left out of :meth:`to_json` when float32.
     """
 
     llama: LlamaConfig
@@ -120,8 +123,12 @@ class KalmConfig:
     action_loss_weight: float = 0.5
     text_loss_weight: float = 1.0
     state_prediction: str = "absolute"
+    compute_dtype: str = "float32"
 
     def __post_init__(self) -> None:
+        if self.compute_dtype not in COMPUTE_DTYPES:
+            raise ValueError(f"KalmConfig.compute_dtype must be one of {COMPUTE_DTYPES}, got "
+                             f"{self.compute_dtype!r}")
         if self.state_prediction not in STATE_PREDICTIONS:
             raise ValueError(f"KalmConfig.state_prediction must be one of {STATE_PREDICTIONS}, got "
                              f"{self.state_prediction!r}")
@@ -147,6 +154,8 @@ class KalmConfig:
     def to_json(self) -> dict[str, Any]:
         """JSON-serialisable fields (the backbone as its Hugging Face config)."""
         fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "llama"}
+        if self.compute_dtype == "float32":
+            del fields["compute_dtype"]
         return {"llama": self.llama.to_hf(), **fields}
 
     @classmethod
@@ -426,11 +435,14 @@ def decode_states(config: KalmConfig, normalizer: StateNormalizer, head_output: 
 
 def kalm_hidden(params: Params, config: KalmConfig, batch: KalmBatch,
                 normalizer: StateNormalizer) -> jax.Array:
-    """Final hidden states of the spliced batch: (B, L, D)."""
+    """Final hidden states of the spliced batch, computed in ``config.compute_dtype``: (B, L, D) in the
+    embeddings' dtype."""
     embeds = splice_embeddings(params, config, batch.tokens, batch.state_inputs, batch.action_inputs,
                                normalizer)
+    dtype, precision = compute_setting(config.compute_dtype)
     out = forward(params["llama"], config.llama, inputs_embeds=embeds,
-                  attention_mask=batch.attention_mask, compute_logits=False)
+                  attention_mask=batch.attention_mask, compute_logits=False, dtype=dtype,
+                  precision=precision)
     return out.hidden_states
 
 
@@ -477,7 +489,8 @@ def task_loss(params: Params, config: KalmConfig, batch: KalmBatch, normalizer: 
         loss = loss + config.action_loss_weight * action_loss
     if "text" in targets and batch.text_positions.shape[1] > 0:
         gathered = jnp.take_along_axis(hidden, batch.text_positions[..., None].astype(jnp.int32), axis=1)
-        logits = lm_logits(params["llama"], config.llama, gathered)  # (B, Lt, V) float32
+        dtype, precision = compute_setting(config.compute_dtype)
+        logits = lm_logits(params["llama"], config.llama, gathered, precision, dtype)  # (B, Lt, V) float32
         labels = batch.text_targets.astype(jnp.int32)
         nll = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
         metrics["text_ce"] = _masked_mean(nll, batch.text_mask)

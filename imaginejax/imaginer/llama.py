@@ -13,6 +13,14 @@ trained there load unchanged (see :mod:`imaginejax.imaginer.loading`):
   scaled by ``head_dim ** -0.5``, causal and padding masks, softmax in float32;
 * a SwiGLU MLP ``down(silu(gate(x)) * up(x))``.
 
+Compute dtype (``dtype`` of the modules and of :func:`forward`, Flax's convention; :func:`compute_setting`
+maps a name to it and its matmul precision): None computes every matmul in the parameters' dtype
+(float32 parameters: float32 at ``Precision.HIGHEST``); ``jnp.bfloat16`` casts the weights and inputs
+of every projection, the attention products and the LM head to bfloat16 (the backend's default
+precision, float32 accumulation), while the residual stream keeps the embeddings' dtype (float32 for
+float32 parameters), RMSNorm statistics, rotary embeddings and softmax are float32, and attention
+scores and logits come out of their matmuls in float32. Parameters keep their own dtype (``param_dtype``).
+
 Shapes: ``B`` batch rows, ``L`` new tokens per row, ``T`` key/value slots (``L`` without a cache, the
 cache's fixed length with one), ``D`` hidden size, ``H`` query heads, ``K`` key/value heads,
 ``Dh`` head width, ``V`` vocabulary.
@@ -43,6 +51,7 @@ writing past its end is not detected inside ``jit`` (the write start is clamped 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Mapping
 from typing import Any, Literal, NamedTuple
@@ -58,10 +67,27 @@ import numpy as np
 # bfloat16 parameters the matmuls run in bfloat16 regardless.
 DEFAULT_PRECISION = jax.lax.Precision.HIGHEST
 
+COMPUTE_DTYPES: tuple[str, ...] = ("float32", "bfloat16")
+"""Names of the compute dtypes :func:`compute_setting` knows."""
+
 Params = dict[str, Any]
 """The ``params`` collection of :class:`LlamaForCausalLM`: a nested dict of arrays (see module doc)."""
 
 SUPPORTED_ROPE_TYPES: tuple[str, ...] = ("default", "linear", "llama3")
+
+
+def compute_setting(compute_dtype: str) -> tuple[Any, Any]:
+    """``(dtype, precision)`` of :func:`forward` for a compute dtype name.
+
+    ``"float32"`` -> ``(None, Precision.HIGHEST)``: the parameters' dtype, full float32 matmuls (the
+    float32 path, bit for bit). ``"bfloat16"`` -> ``(jnp.bfloat16, None)``: bfloat16 matmuls at the
+    backend's default precision (its bfloat16 units).
+    """
+    if compute_dtype == "float32":
+        return None, DEFAULT_PRECISION
+    if compute_dtype == "bfloat16":
+        return jnp.bfloat16, None
+    raise ValueError(f"compute dtype {compute_dtype!r} is not supported; use one of {COMPUTE_DTYPES}")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -325,13 +351,14 @@ def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
     """Rotate each head's pairs ``(x[i], x[i + Dh/2])`` by the angles (rotate-half layout).
 
     ``x``: (B, L, N, Dh); ``cos``, ``sin``: (B, L, Dh/2) float32 -> (B, L, N, Dh) in ``x.dtype``
-    (the products are formed in ``x.dtype``, as PyTorch does after casting cos/sin).
+    (the products are formed in float32 and rounded once to ``x.dtype``).
     """
     half = x.shape[-1] // 2
-    cos = cos[:, :, None, :].astype(x.dtype)
-    sin = sin[:, :, None, :].astype(x.dtype)
+    dtype = x.dtype
+    x = x.astype(jnp.float32)
+    cos, sin = cos[:, :, None, :], sin[:, :, None, :]
     first, second = x[..., :half], x[..., half:]
-    return jnp.concatenate([first * cos - second * sin, second * cos + first * sin], axis=-1)
+    return jnp.concatenate([first * cos - second * sin, second * cos + first * sin], axis=-1).astype(dtype)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -405,9 +432,15 @@ class RMSNorm(nn.Module):
         return scale * normed
 
 
-def _dense(config: LlamaConfig, features: int, use_bias: bool, precision: Any, name: str) -> nn.Dense:
-    """A projection initialised as Hugging Face does (normal(initializer_range), zero bias)."""
-    return nn.Dense(features, use_bias=use_bias, precision=precision, name=name,
+# Matmuls whose outputs feed a softmax (scores, logits) return float32 whatever their input dtype.
+_float32_out = functools.partial(jax.lax.dot_general, preferred_element_type=jnp.float32)
+
+
+def _dense(config: LlamaConfig, features: int, use_bias: bool, precision: Any, dtype: Any, name: str
+           ) -> nn.Dense:
+    """A projection initialised as Hugging Face does (normal(initializer_range), zero bias), computed
+    in ``dtype`` (None: the promoted dtype of input and kernel)."""
+    return nn.Dense(features, use_bias=use_bias, precision=precision, dtype=dtype, name=name,
                     kernel_init=nn.initializers.normal(config.initializer_range))
 
 
@@ -417,12 +450,13 @@ class LlamaAttention(nn.Module):
     ``hidden``: (B, L, D); ``cos``, ``sin``: (B, L, Dh/2); ``attention_mask``: (B, L) bool;
     ``cache``: None or (keys, values, valid, index) with keys/values (B, T, K, Dh), valid (B, T)
     bool (already including this call's tokens) and index () int32.
-    -> output (B, L, D), and the updated (keys, values) (B, T, K, Dh) — or this call's own when
-    ``cache`` is None (T = L).
+    -> output (B, L, D) in the projections' dtype, and the updated (keys, values) (B, T, K, Dh) — or
+    this call's own when ``cache`` is None (T = L).
     """
 
     config: LlamaConfig
     precision: Any = DEFAULT_PRECISION
+    dtype: Any = None
 
     @nn.compact
     def __call__(self, hidden: jax.Array, cos: jax.Array, sin: jax.Array,
@@ -434,9 +468,11 @@ class LlamaAttention(nn.Module):
         heads, kv_heads, head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
         groups = cfg.num_key_value_groups
 
-        query = _dense(cfg, heads * head_dim, cfg.attention_bias, self.precision, "q_proj")(hidden)
-        key = _dense(cfg, kv_heads * head_dim, cfg.attention_bias, self.precision, "k_proj")(hidden)
-        value = _dense(cfg, kv_heads * head_dim, cfg.attention_bias, self.precision, "v_proj")(hidden)
+        dense = functools.partial(_dense, cfg, use_bias=cfg.attention_bias, precision=self.precision,
+                                  dtype=self.dtype)
+        query = dense(heads * head_dim, name="q_proj")(hidden)
+        key = dense(kv_heads * head_dim, name="k_proj")(hidden)
+        value = dense(kv_heads * head_dim, name="v_proj")(hidden)
         query = apply_rope(query.reshape(batch, length, heads, head_dim), cos, sin)
         key = apply_rope(key.reshape(batch, length, kv_heads, head_dim), cos, sin)
         value = value.reshape(batch, length, kv_heads, head_dim)
@@ -455,7 +491,7 @@ class LlamaAttention(nn.Module):
         # Query head h = k * groups + g reads key/value head k (Hugging Face's repeat_kv order).
         grouped = query.reshape(batch, length, kv_heads, groups, head_dim)
         scores = jnp.einsum("blkgd,btkd->bkglt", grouped, keys.astype(query.dtype),
-                            precision=self.precision)
+                            precision=self.precision, preferred_element_type=jnp.float32)
         scores = (scores * jnp.asarray(head_dim ** -0.5, scores.dtype)).astype(jnp.float32)
         query_slots = first_slot + jnp.arange(length)  # (L,)
         causal = jnp.arange(num_slots)[None, :] <= query_slots[:, None]  # (L, T)
@@ -465,7 +501,7 @@ class LlamaAttention(nn.Module):
         context = jnp.einsum("bkglt,btkd->blkgd", weights, values.astype(query.dtype),
                              precision=self.precision)
         context = context.reshape(batch, length, heads * head_dim)
-        output = _dense(cfg, cfg.hidden_size, cfg.attention_bias, self.precision, "o_proj")(context)
+        output = dense(cfg.hidden_size, name="o_proj")(context)
         return output, (keys, values)
 
 
@@ -474,14 +510,16 @@ class LlamaMLP(nn.Module):
 
     config: LlamaConfig
     precision: Any = DEFAULT_PRECISION
+    dtype: Any = None
 
     @nn.compact
     def __call__(self, hidden: jax.Array) -> jax.Array:
         cfg = self.config
-        gate = _dense(cfg, cfg.intermediate_size, cfg.mlp_bias, self.precision, "gate_proj")(hidden)
-        up = _dense(cfg, cfg.intermediate_size, cfg.mlp_bias, self.precision, "up_proj")(hidden)
-        return _dense(cfg, cfg.hidden_size, cfg.mlp_bias, self.precision, "down_proj")(
-            jax.nn.silu(gate) * up)
+        dense = functools.partial(_dense, cfg, use_bias=cfg.mlp_bias, precision=self.precision,
+                                  dtype=self.dtype)
+        gate = dense(cfg.intermediate_size, name="gate_proj")(hidden)
+        up = dense(cfg.intermediate_size, name="up_proj")(hidden)
+        return dense(cfg.hidden_size, name="down_proj")(jax.nn.silu(gate) * up)
 
 
 class LlamaDecoderLayer(nn.Module):
@@ -492,6 +530,7 @@ class LlamaDecoderLayer(nn.Module):
 
     config: LlamaConfig
     precision: Any = DEFAULT_PRECISION
+    dtype: Any = None
 
     @nn.compact
     def __call__(self, hidden: jax.Array, cos: jax.Array, sin: jax.Array,
@@ -500,18 +539,19 @@ class LlamaDecoderLayer(nn.Module):
                  ) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
         cfg = self.config
         normed = RMSNorm(cfg.rms_norm_eps, name="input_layernorm")(hidden)
-        attended, kv = LlamaAttention(cfg, self.precision, name="self_attn")(
+        attended, kv = LlamaAttention(cfg, self.precision, self.dtype, name="self_attn")(
             normed, cos, sin, attention_mask, cache)
         hidden = hidden + attended
         normed = RMSNorm(cfg.rms_norm_eps, name="post_attention_layernorm")(hidden)
-        return hidden + LlamaMLP(cfg, self.precision, name="mlp")(normed), kv
+        return hidden + LlamaMLP(cfg, self.precision, self.dtype, name="mlp")(normed), kv
 
 
 class LlamaOutput(NamedTuple):
     """What :class:`LlamaForCausalLM` returns.
 
     ``logits``: (B, L, V) float32, or None when not requested. ``hidden_states``: (B, L, D), the
-    final-norm output (what the LM head reads). ``cache``: the updated :class:`KVCache`, or None.
+    final-norm output (what the LM head reads) in the residual stream's dtype (the embeddings', also
+    with a bfloat16 compute dtype). ``cache``: the updated :class:`KVCache`, or None.
     """
 
     logits: jax.Array | None
@@ -524,22 +564,23 @@ class LlamaForCausalLM(nn.Module):
 
     Methods: ``__call__`` (the forward pass, see :func:`forward`), ``embed`` (token ids (B, L) ->
     embeddings (B, L, D), for splicing other vectors into ``inputs_embeds``) and ``logits``
-    (hidden states (..., D) -> float32 logits (..., V)).
+    (hidden states (..., D) -> float32 logits (..., V)). ``dtype``: the compute dtype (module doc).
     """
 
     config: LlamaConfig
     precision: Any = DEFAULT_PRECISION
+    dtype: Any = None
 
     def setup(self) -> None:
         cfg = self.config
         init = nn.initializers.normal(cfg.initializer_range)
         self.embed_tokens = nn.Embed(cfg.vocab_size, cfg.hidden_size, embedding_init=init)
-        self.layers = [LlamaDecoderLayer(cfg, self.precision, name=f"layers_{index}")
+        self.layers = [LlamaDecoderLayer(cfg, self.precision, self.dtype, name=f"layers_{index}")
                        for index in range(cfg.num_hidden_layers)]
         self.norm = RMSNorm(cfg.rms_norm_eps)
         if not cfg.tie_word_embeddings:
             self.lm_head = nn.Dense(cfg.vocab_size, use_bias=False, precision=self.precision,
-                                    kernel_init=init)
+                                    dtype=self.dtype, kernel_init=init, dot_general=_float32_out)
 
     def embed(self, input_ids: jax.Array) -> jax.Array:
         """Token embeddings: (B, L) int -> (B, L, D) in the embedding table's dtype."""
@@ -550,9 +591,10 @@ class LlamaForCausalLM(nn.Module):
     def logits(self, hidden: jax.Array) -> jax.Array:
         """LM head: (..., D) -> (..., V) float32 (tied: ``hidden @ embedding.T``)."""
         if self.config.tie_word_embeddings:
-            table = self.embed_tokens.embedding
-            out = jnp.einsum("...d,vd->...v", hidden, table.astype(hidden.dtype),
-                             precision=self.precision)
+            dtype = hidden.dtype if self.dtype is None else self.dtype
+            out = jnp.einsum("...d,vd->...v", hidden.astype(dtype),
+                             self.embed_tokens.embedding.astype(dtype), precision=self.precision,
+                             preferred_element_type=jnp.float32)
         else:
             out = self.lm_head(hidden)
         return out.astype(jnp.float32)
@@ -633,7 +675,8 @@ def init_params(config: LlamaConfig, key: jax.Array, precision: Any = DEFAULT_PR
 def forward(params: Params, config: LlamaConfig, input_ids: jax.Array | None = None, *,
             inputs_embeds: jax.Array | None = None, positions: jax.Array | None = None,
             attention_mask: jax.Array | None = None, cache: KVCache | None = None,
-            compute_logits: bool = True, precision: Any = DEFAULT_PRECISION) -> LlamaOutput:
+            compute_logits: bool = True, precision: Any = DEFAULT_PRECISION,
+            dtype: Any = None) -> LlamaOutput:
     """The Llama forward pass (pure; jit it with ``config`` static).
 
     Exactly one of ``input_ids`` (B, L) int and ``inputs_embeds`` (B, L, D) (e.g. :func:`embed`
@@ -641,10 +684,12 @@ def forward(params: Params, config: LlamaConfig, input_ids: jax.Array | None = N
     ``positions`` (B, L) int, default :func:`default_positions` continuing from ``cache.lengths``.
     ``cache``: a :class:`KVCache` (from :func:`init_cache`) to append this call's keys/values to at
     slot ``cache.index`` and attend over, or None to attend over these tokens only.
+    ``dtype``, ``precision``: the matmuls' compute dtype (None: the parameters') and precision
+    (module doc; :func:`compute_setting` gives the pair for a name).
     -> :class:`LlamaOutput` (logits (B, L, V) float32 unless ``compute_logits=False``,
     final hidden states (B, L, D), the new cache or None).
     """
-    return LlamaForCausalLM(config, precision).apply(
+    return LlamaForCausalLM(config, precision, dtype).apply(
         {"params": params}, input_ids, inputs_embeds=inputs_embeds, positions=positions,
         attention_mask=attention_mask, cache=cache, compute_logits=compute_logits)
 
@@ -657,9 +702,10 @@ def embed(params: Params, config: LlamaConfig, input_ids: jax.Array) -> jax.Arra
 
 
 def lm_logits(params: Params, config: LlamaConfig, hidden: jax.Array,
-              precision: Any = DEFAULT_PRECISION) -> jax.Array:
-    """The LM head on final hidden states: (..., D) -> (..., V) float32."""
-    return LlamaForCausalLM(config, precision).apply({"params": params}, hidden,
+              precision: Any = DEFAULT_PRECISION, dtype: Any = None) -> jax.Array:
+    """The LM head on final hidden states: (..., D) -> (..., V) float32 (computed in ``dtype``, None:
+    the parameters')."""
+    return LlamaForCausalLM(config, precision, dtype).apply({"params": params}, hidden,
                                                      method=LlamaForCausalLM.logits)
 
 

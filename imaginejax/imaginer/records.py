@@ -18,6 +18,7 @@ from typing import Any, Final, Literal, Mapping
 
 from imaginejax.core.files import field_problem
 from imaginejax.imaginer import lora
+from imaginejax.imaginer.llama import COMPUTE_DTYPES
 
 RUN_FORMAT: Final[str] = "imaginejax-kalm-run"
 RUN_SCHEMA_VERSION: Final[int] = 1
@@ -80,6 +81,12 @@ class Preset:
       tokenizer: ``"smollm2"`` (the GGUF's tokenizer) or ``"model"`` (the checkpoint's own).
       start_token, end_token: text-format tokens by name; ``start_id``/``end_id`` override them.
       dtype: parameter dtype of the backbone (``"float32"`` or ``"bfloat16"``).
+      compute_dtype: what the backbone's matmuls compute in, in fine-tuning and generation:
+        ``"float32"`` (default: the parameters' dtype, full-precision matmuls) or ``"bfloat16"`` (mixed
+        precision: float32 parameters and optimiser state, bfloat16 matmuls and KV cache; norms,
+        softmax, rotary embeddings, the KALM adapters and every loss in float32; see
+        :mod:`~imaginejax.imaginer.llama`). Part of what the imaginer is: recorded in the KALM config
+        and left out of :meth:`to_json` when float32, so the records of float32 runs are unchanged.
       lora_rank: 0 for full fine-tuning, r > 0 for LoRA; ``lora_alpha``: its scale numerator;
         ``lora_targets``: the adapted projections (:data:`~imaginejax.imaginer.lora.LORA_TARGETS`).
       learning_rate, warmup_steps, weight_decay, grad_clip, adam_b2: the optimiser.
@@ -118,6 +125,7 @@ class Preset:
     start_id: int | None = None
     end_id: int | None = None
     dtype: str = "float32"
+    compute_dtype: str = "float32"
     lora_rank: int = 0
     lora_alpha: float = 16.0
     lora_targets: tuple[str, ...] = lora.ATTENTION_TARGETS
@@ -145,6 +153,9 @@ class Preset:
         object.__setattr__(self, "lora_targets", tuple(self.lora_targets))
         if self.validation is not None:
             object.__setattr__(self, "validation", validation_settings(self.validation))
+        if self.compute_dtype not in COMPUTE_DTYPES:
+            raise ValueError(f"preset {self.name!r}: compute_dtype = {self.compute_dtype!r} is not one of "
+                             f"{', '.join(COMPUTE_DTYPES)}; e.g. compute_dtype='bfloat16' for mixed precision")
         unknown = set(self.lora_targets) - set(lora.LORA_TARGETS)
         if unknown:
             raise ValueError(f"preset {self.name!r}: unknown lora_targets {sorted(unknown)}; valid: "
@@ -160,6 +171,8 @@ class Preset:
         data["batch_sizes"] = dict(self.batch_sizes)
         data["task_weights"] = dict(self.task_weights)
         data["lora_targets"] = list(self.lora_targets)
+        if self.compute_dtype == "float32":
+            del data["compute_dtype"]
         if self.validation is None:
             del data["validation"]
         else:
@@ -269,6 +282,7 @@ def _preset(path: Path, preset: Mapping[str, Any], trusted_model_path: bool) -> 
     for key in ("start_id", "end_id", "max_steps"):
         _int(path, f"preset.{key}", preset.get(key), none=True)
     _text(path, "preset.dtype", preset.get("dtype", "float32"), choices=("float32", "bfloat16", "float16"))
+    _text(path, "preset.compute_dtype", preset.get("compute_dtype", "float32"), choices=COMPUTE_DTYPES)
     _int(path, "preset.lora_rank", preset.get("lora_rank", 0), 0, 4096)
     targets = preset.get("lora_targets", list(lora.ATTENTION_TARGETS))
     if not isinstance(targets, list) or not set(map(str, targets)) <= set(lora.LORA_TARGETS) or not all(
@@ -291,6 +305,24 @@ def _preset(path: Path, preset: Mapping[str, Any], trusted_model_path: bool) -> 
             validation_settings(preset["validation"])
         except ValueError as error:
             raise _refuse(path, "preset.validation", preset["validation"], str(error)) from None
+
+
+def check_compute_dtype(record: Mapping[str, Any], asked: str | None, origin: str) -> None:
+    """Refuses an imaginer fine-tuned in another compute dtype than ``asked`` (None: whatever it was
+    fine-tuned in). ``record``: a checked run record; ``origin``: what to name (its run directory).
+
+    Raises:
+      ValueError: ``asked`` is not a compute dtype, or not the one of the record (both named, with the fixes).
+    """
+    trained = record["preset"].get("compute_dtype", "float32")
+    if asked is None or asked == trained:
+        return
+    if asked not in COMPUTE_DTYPES:
+        raise ValueError(f"compute_dtype = {asked!r} is not one of {', '.join(COMPUTE_DTYPES)} (None: as trained)")
+    raise ValueError(f"{origin} was fine-tuned with compute_dtype {trained!r}, but compute_dtype {asked!r} was "
+                     f"asked for: load it as trained (compute_dtype=None) or fine-tune it with compute_dtype="
+                     f"{asked!r}; to generate with it in {asked} anyway, say so: finetune.with_compute_dtype("
+                     f"imaginer, {asked!r}) (its rollouts' provenance then records both)")
 
 
 def check_run_record(record: Any, path: Path, *, shipped: bool = False, trusted_model_path: bool = False) -> None:
@@ -327,6 +359,11 @@ def check_run_record(record: Any, path: Path, *, shipped: bool = False, trusted_
     for key in ("state_loss_weight", "action_loss_weight", "text_loss_weight"):
         _number(path, f"kalm_config.{key}", config.get(key))
     _text(path, "kalm_config.state_prediction", config.get("state_prediction"), choices=("delta", "absolute"))
+    compute_dtype = _text(path, "kalm_config.compute_dtype", config.get("compute_dtype", "float32"),
+                          choices=COMPUTE_DTYPES)
+    if compute_dtype != record["preset"].get("compute_dtype", "float32"):
+        raise _refuse(path, "kalm_config.compute_dtype", compute_dtype,
+                      f"not the preset's compute_dtype {record['preset'].get('compute_dtype', 'float32')!r}")
 
     text = _table(path, "text_format", record["text_format"])
     for key in ("start_id", "end_id"):

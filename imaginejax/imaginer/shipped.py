@@ -31,7 +31,7 @@ from imaginejax.core.files import atomic_path, file_sha256, write_json
 from imaginejax.imaginer.finetune import (CHECKPOINT_DIR, RUN_FILE, Imaginer, Preset, TrainState,
                                           _latest_step, _restore_checkpoint, imaginer_from_trainable, make_optimizer,
                                           trainable_like)
-from imaginejax.imaginer.records import RunRecordError, check_run_record
+from imaginejax.imaginer.records import RunRecordError, check_compute_dtype, check_run_record
 
 ASSETS: Final[Path] = Path(__file__).parent / "assets"
 PREFIX: Final[str] = "trainable"
@@ -85,18 +85,21 @@ def shipped_for(env: str) -> ShippedImaginer:
                                "imagine.preset = 'smollm2-lora' (or 'tiny') instead of 'shipped'")
 
 
-def load_shipped(env: str, *, assets: Path = ASSETS, expected: ShippedImaginer | None = None) -> Imaginer:
+def load_shipped(env: str, *, assets: Path = ASSETS, expected: ShippedImaginer | None = None,
+                 compute_dtype: str | None = None) -> Imaginer:
     """The shipped imaginer for ``env``, ready to generate (LoRA merged into the rebuilt backbone).
 
     Args:
       env: environment name; the imaginer must have been trained on it.
       assets: folder holding the files (default: the package's).
       expected: the entry to check against (default: :func:`shipped_for` ``(env)``).
+      compute_dtype: the compute dtype the caller expects (None: the one it was fine-tuned in).
 
     Raises:
       ShippedImaginerError: a file is missing or the SHA-256 over both differs (checked before the record
         is read), a field of the record is refused, the files were trained on another environment, or the
-        rebuilt backbone is not the one the adapters were trained on.
+        rebuilt backbone is not the one the adapters were trained on, or it was fine-tuned in another
+        compute dtype than ``compute_dtype``.
     """
     item = shipped_for(env) if expected is None else expected
     weights, record_path = assets / f"{item.name}.safetensors", assets / f"{item.name}.json"
@@ -118,6 +121,10 @@ def load_shipped(env: str, *, assets: Path = ASSETS, expected: ShippedImaginer |
         raise ShippedImaginerError(f"{record_path} describes an imaginer of {record['env']!r} with weights "
                                    f"{record['weights_sha256']}, but {env!r} with {file_sha256(weights)} was asked "
                                    f"for: {fix}")
+    try:
+        check_compute_dtype(record, compute_dtype, f"the shipped imaginer {item.name}")
+    except ValueError as error:
+        raise ShippedImaginerError(str(error)) from None
     try:
         like, frozen = trainable_like(record, str(weights))
     except ValueError as error:
