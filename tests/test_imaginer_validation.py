@@ -198,6 +198,18 @@ def test_best_checkpoint_survives_rotation_loads_as_best_and_resumes(data: Traje
     assert (resumed / "best.json").read_text() == (run / "best.json").read_text()
 
 
+
+def test_the_best_checkpoint_of_a_lora_run_is_what_export_ships(data: TrajectoryDataset, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from imaginejax.imaginer.shipped import export
+
+    monkeypatch.setattr(validation, "validate", scripted)
+    settings = dict(num_steps=7, checkpoint_every=3, max_to_keep=1, validation={"every": 2, "levels": []},
+                    lora_rank=2, lora_alpha=4.0, **SMALL)
+    run = finetune("tiny", data, tmp_path / "lora", **settings).run_dir
+    assert export(run, "clevr", "best", tmp_path / "assets", step="best")["step"] == 4
+    assert export(run, "clevr", "last", tmp_path / "assets")["step"] == 7
+
 def test_a_run_without_validation_has_no_best_checkpoint(data: TrajectoryDataset, tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     from imaginejax.imaginer import study

@@ -5,12 +5,14 @@
 #   bash experiments/accelerator/imaginer_finetune.sh OUT [STEPS] [TRAIN_SECONDS] [EVAL_SECONDS]
 #
 # 1. `study train` with the preset smollm2-lora-all (SmolLM2-135M, rank-16 LoRA on all seven projections,
-#    4x the CPU recipe's batch) for STEPS micro-batches (default 1500) on 2,000 real expert trajectories, a
-#    checkpoint every 500 steps; stopped after TRAIN_SECONDS (default 420) if not done, and the latest
-#    checkpoint is what the rest uses. One H100 ran 6 steps/s (26k tokens/s) after 50 s of compiling, in
+#    4x the CPU recipe's batch) for STEPS micro-batches (default 1500) on TRAJECTORIES (default 2,000) real
+#    expert trajectories, a checkpoint every 500 steps, validated every VALIDATE_EVERY steps (default 250;
+#    docs/imaginer.md "Validation and the best checkpoint": 0 turns it off); stopped after TRAIN_SECONDS
+#    (default 420) if not done. One H100 ran 6 steps/s (26k tokens/s) after 50 s of compiling, in
 #    float32; COMPUTE_DTYPE (default bfloat16: mixed precision, docs/imaginer.md "Mixed precision") sets the
 #    preset's compute_dtype, recorded in the run and the exported imaginer (COMPUTE_DTYPE=float32: the old run).
-# 2. `shipped export` of the latest checkpoint into OUT/assets (what imaginejax/imaginer/assets/ receives).
+# 2. `shipped export` of the best checkpoint by validation (the latest without validation) into OUT/assets
+#    (what imaginejax/imaginer/assets/ receives), with validation.json and best.json (the curves) in OUT.
 # 3. `study evaluate --project` (NUM rollouts per level, default 256) of the latest checkpoint, then of the
 #    earlier ones (newest first) while EVAL_SECONDS (default 150) last.
 #
@@ -25,6 +27,8 @@ TRAIN_SECONDS=${3:-420}
 EVAL_SECONDS=${4:-150}
 RUN=${RUN:-clevr-smollm2-lora-all}
 NUM=${NUM:-256}
+TRAJECTORIES=${TRAJECTORIES:-2000}
+VALIDATE_EVERY=${VALIDATE_EVERY:-250}  # 0: no validation, the latest checkpoint ships
 COMPUTE_DTYPE=${COMPUTE_DTYPE:-bfloat16}
 PY=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1
@@ -33,17 +37,19 @@ RUN_DIR=$("$PY" -c "from imaginejax.imaginer.study import run_dir; print(run_dir
 
 start=$SECONDS
 timeout --signal=TERM "$TRAIN_SECONDS" "$PY" -m imaginejax.imaginer.study train "$RUN" --preset smollm2-lora-all \
-  --steps "$STEPS" --trajectories 2000 --set checkpoint_every=500 --set max_to_keep=20 \
-  --set compute_dtype="$COMPUTE_DTYPE"
+  --steps "$STEPS" --trajectories "$TRAJECTORIES" --set checkpoint_every=500 --set max_to_keep=20 \
+  --set compute_dtype="$COMPUTE_DTYPE" $( ((VALIDATE_EVERY > 0)) && echo --validate-every "$VALIDATE_EVERY")
 echo "train: exit $? after $((SECONDS - start)) s"
-cp "$RUN_DIR/history.json" "$RUN_DIR/run.json" "$OUT/" 2>/dev/null
+cp "$RUN_DIR/history.json" "$RUN_DIR/run.json" "$RUN_DIR/validation.json" "$RUN_DIR/best.json" "$OUT/" 2>/dev/null
 
 steps=$(ls "$RUN_DIR/checkpoints" 2>/dev/null | sed -n 's/^step-0*\([0-9][0-9]*\)$/\1/p' | sort -rn)
 latest=$(echo "$steps" | head -1)
 [ -n "$latest" ] || { echo "no checkpoint was written" >&2; exit 1; }
-echo "checkpoints: $(echo $steps); exporting step $latest"
-"$PY" -m imaginejax.imaginer.shipped export "$RUN_DIR" --env clevr --name "$RUN" --out "$OUT/assets" \
-  --training-command "COMPUTE_DTYPE=$COMPUTE_DTYPE bash experiments/accelerator/imaginer_finetune.sh OUT $STEPS $TRAIN_SECONDS (step $latest)"
+chosen=$latest
+[ -f "$RUN_DIR/best.json" ] && chosen=best
+echo "checkpoints: $(echo $steps); exporting step $chosen"
+"$PY" -m imaginejax.imaginer.shipped export "$RUN_DIR" --env clevr --name "$RUN" --out "$OUT/assets" --step "$chosen" \
+  --training-command "COMPUTE_DTYPE=$COMPUTE_DTYPE TRAJECTORIES=$TRAJECTORIES VALIDATE_EVERY=$VALIDATE_EVERY bash experiments/accelerator/imaginer_finetune.sh OUT $STEPS $TRAIN_SECONDS (step $chosen)"
 
 eval_start=$SECONDS
 for step in $steps; do

@@ -28,7 +28,7 @@ import numpy as np
 
 from imaginejax.core.checkpoint import flatten_named, unflatten_named
 from imaginejax.core.files import atomic_path, file_sha256, write_json
-from imaginejax.imaginer.finetune import (CHECKPOINT_DIR, RUN_FILE, Imaginer, Preset, TrainState,
+from imaginejax.imaginer.finetune import (CHECKPOINT_DIR, RUN_FILE, Imaginer, Preset, TrainState, _best_record,
                                           _latest_step, _restore_checkpoint, imaginer_from_trainable, make_optimizer,
                                           trainable_like)
 from imaginejax.imaginer.records import RunRecordError, check_compute_dtype, check_run_record
@@ -139,8 +139,10 @@ def load_shipped(env: str, *, assets: Path = ASSETS, expected: ShippedImaginer |
                                    int(record["step"]), f"shipped:{item.name}")
 
 
-def export(run_dir: str | Path, env: str, name: str, out: str | Path = ASSETS, command: str = "") -> dict[str, Any]:
-    """Writes a LoRA fine-tuning run's latest trainable parameters and record as a shippable imaginer.
+def export(run_dir: str | Path, env: str, name: str, out: str | Path = ASSETS, command: str = "",
+           step: int | str | None = None) -> dict[str, Any]:
+    """Writes a LoRA fine-tuning run's trainable parameters at checkpoint ``step`` (None: the latest;
+    ``"best"``: the best by validation, ``best.json``) and its record as a shippable imaginer.
 
     Returns:
       The record written to ``<out>/<name>.json`` (:func:`shipped_digest` of the two files goes into
@@ -154,7 +156,7 @@ def export(run_dir: str | Path, env: str, name: str, out: str | Path = ASSETS, c
     preset = Preset.from_json(record["preset"])
     if preset.lora_rank <= 0:
         raise ValueError(f"{run_dir} is a full fine-tuning run: only LoRA runs ship (their adapters are small)")
-    step = _latest_step(run_dir)
+    step = _latest_step(run_dir) if step is None else int(_best_record(run_dir)["step"]) if step == "best" else step
     if step is None:
         raise FileNotFoundError(f"{run_dir / CHECKPOINT_DIR} holds no checkpoint")
     like_params, _ = trainable_like(record, str(run_dir))
@@ -183,8 +185,10 @@ def main(argv: list[str] | None = None) -> None:
     p_export.add_argument("--name", required=True)
     p_export.add_argument("--out", default=str(ASSETS))
     p_export.add_argument("--training-command", default="", help="recorded: how the run was trained")
+    p_export.add_argument("--step", default=None, type=lambda v: v if v == "best" else int(v),
+                          help="a checkpoint's step, or best (by validation); default: the latest")
     args = parser.parse_args(argv)
-    record = export(args.run_dir, args.env, args.name, args.out, args.training_command)
+    record = export(args.run_dir, args.env, args.name, args.out, args.training_command, args.step)
     out = Path(args.out)
     digest = shipped_digest(out / f"{args.name}.safetensors", out / f"{args.name}.json")
     print(f"wrote {args.name}.safetensors / .json to {args.out} (step {record['step']}); in shipped.SHIPPED set\n"
