@@ -460,6 +460,28 @@ def _save_checkpoint(run_dir: Path, state: TrainState, frozen_hash: str | None, 
     return checkpoint_hash
 
 
+def checkpoint_step(run_dir: Path, step: int | str | None) -> tuple[int, dict[str, Any] | None]:
+    """The checkpoint step that ``step`` names in a run directory — a step, ``"best"`` (``best.json``) or
+    None (the latest) — and how it was chosen (``{"checkpoint": "best", "by", "score"}`` for ``"best"``,
+    else None).
+
+    Raises:
+      ValueError: ``step`` is another string.
+      FileNotFoundError: no checkpoint, or ``"best"`` of a run without validation.
+    """
+    selection = None
+    if step == "best":
+        best = _best_record(run_dir)
+        step = best["step"]
+        selection = {"checkpoint": "best", "by": best.get("score_of"), "score": best.get("score")}
+    elif isinstance(step, str):
+        raise ValueError(f"step must be a checkpoint's step, 'best' or None (the latest), got {step!r}")
+    step = _latest_step(run_dir) if step is None else step
+    if step is None:
+        raise FileNotFoundError(f"{run_dir} holds no checkpoint")
+    return step, selection
+
+
 def _best_record(run_dir: Path) -> dict[str, Any]:
     """``best.json`` of a run directory, its ``step`` checked.
 
@@ -791,16 +813,7 @@ def load_imaginer(run_dir: str | os.PathLike[str], step: int | str | None = None
     if model_path is not None:
         record = {**record, "preset": {**record["preset"], "model_path": str(model_path)}}
     tokenizer = tokenizers.Tokenizer.from_file(str(run_dir / TOKENIZER_FILE))
-    selection = None
-    if step == "best":
-        best = _best_record(run_dir)
-        step = best["step"]
-        selection = {"checkpoint": "best", "by": best.get("score_of"), "score": best.get("score")}
-    elif isinstance(step, str):
-        raise ValueError(f"step must be a checkpoint's step, 'best' or None (the latest), got {step!r}")
-    step = _latest_step(run_dir) if step is None else step
-    if step is None:
-        raise FileNotFoundError(f"{run_dir} holds no checkpoint")
+    step, selection = checkpoint_step(run_dir, step)
     like_params, frozen = trainable_like(record, str(run_dir))
     preset = Preset.from_json(record["preset"])
     optimizer = make_optimizer(preset, preset.num_steps)

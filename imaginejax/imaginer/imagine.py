@@ -408,7 +408,8 @@ def imagine(imaginer: Imaginer, env: Any, env_params: Any, key: jax.Array, num_r
       :class:`ImaginationResult`; its dataset has ``source="imaginary"``, the level's instruction
       table and embeddings, and provenance naming the model, preset, checkpoint hash and training step
       (and how the checkpoint was chosen, ``checkpoint_selection``, when the imaginer says), state
-      prediction, compute dtype (and ``trained_compute_dtype`` when it generated in another), projection, (``quality``) the quality summary and (``oversample`` > 1) the oversampling.
+      prediction, compute dtype (and ``trained_compute_dtype`` when it generated in another), projection,
+      (``quality``) the quality summary and (``oversample`` > 1) the oversampling.
     """
     if num_rollouts < 1:
         raise ValueError(f"num_rollouts must be >= 1, got {num_rollouts}")

@@ -28,9 +28,8 @@ import numpy as np
 
 from imaginejax.core.checkpoint import flatten_named, unflatten_named
 from imaginejax.core.files import atomic_path, file_sha256, write_json
-from imaginejax.imaginer.finetune import (CHECKPOINT_DIR, RUN_FILE, Imaginer, Preset, TrainState, _best_record,
-                                          _latest_step, _restore_checkpoint, imaginer_from_trainable, make_optimizer,
-                                          trainable_like)
+from imaginejax.imaginer.finetune import (RUN_FILE, Imaginer, Preset, TrainState, _restore_checkpoint,
+                                          checkpoint_step, imaginer_from_trainable, make_optimizer, trainable_like)
 from imaginejax.imaginer.records import RunRecordError, check_compute_dtype, check_run_record
 
 ASSETS: Final[Path] = Path(__file__).parent / "assets"
@@ -156,9 +155,7 @@ def export(run_dir: str | Path, env: str, name: str, out: str | Path = ASSETS, c
     preset = Preset.from_json(record["preset"])
     if preset.lora_rank <= 0:
         raise ValueError(f"{run_dir} is a full fine-tuning run: only LoRA runs ship (their adapters are small)")
-    step = _latest_step(run_dir) if step is None else int(_best_record(run_dir)["step"]) if step == "best" else step
-    if step is None:
-        raise FileNotFoundError(f"{run_dir / CHECKPOINT_DIR} holds no checkpoint")
+    step, _ = checkpoint_step(run_dir, step)
     like_params, _ = trainable_like(record, str(run_dir))
     optimizer = make_optimizer(preset, preset.num_steps)
     like = TrainState(jax.ShapeDtypeStruct((), jax.numpy.int32), like_params, jax.eval_shape(optimizer.init, like_params))
