@@ -157,8 +157,7 @@ def stage_engine(sizes: Sizes, budget: Any) -> dict[str, Any]:
     """``engine_overhead.py``'s contenders (bare scan, interval, interval + evaluation, trainer) for each
     algorithm and R, alternated ``sizes.repeats`` times; what the budget leaves out is listed as skipped."""
     import jax
-    from _common import Spread, alternate
-    from engine_overhead import CONTENDERS, SHAPES, contenders, random_transitions
+    from engine_overhead import CONTENDERS, SHAPES, measure, random_transitions
 
     from imaginejax import envs
     from imaginejax.lang import encode_instructions
@@ -171,14 +170,11 @@ def stage_engine(sizes: Sizes, budget: Any) -> dict[str, Any]:
             if budget.expired():
                 skipped.append(f"{name} R={runs}: budget spent")
                 continue
-            calls = contenders(name, runs, sizes.engine_updates, sizes.engine_eval_episodes, 3, data, level)
-            samples = alternate(calls, sizes.repeats)
-            bare = Spread.of(samples["bare"])
-            for contender in CONTENDERS:
-                spread = Spread.of(samples[contender])
-                rows.append({"algorithm": name, "runs": runs, "contender": contender,
-                             "seed_updates_per_s": runs * sizes.engine_updates / spread.median,
-                             "share_of_bare": bare.median / spread.median, "seconds": samples[contender]})
+            rows += [{"algorithm": name, "runs": runs, "contender": r["contender"],
+                      "seed_updates_per_s": r["updates_per_s_median"], "share_of_bare": r["share_of_bare_median"],
+                      "seconds": r["samples"]}
+                     for r in measure(name, runs, sizes.engine_updates, sizes.engine_eval_episodes, 3, sizes.repeats,
+                                      data, level)]
             log(f"engine {name} R={runs}: " + ", ".join(f"{r['contender']} {r['share_of_bare']:.0%}"
                                                        for r in rows[-len(CONTENDERS):]))
     return {"updates": sizes.engine_updates, "eval_episodes": sizes.engine_eval_episodes, "rows": rows,

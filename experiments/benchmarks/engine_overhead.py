@@ -105,6 +105,24 @@ def contenders(name: str, runs: int, updates: int, eval_episodes: int, intervals
     return calls
 
 
+def measure(name: str, runs: int, updates: int, eval_episodes: int, intervals: int, repeats: int,
+            data: Transitions, level: tuple[Any, Any]) -> list[dict[str, Any]]:
+    """The :data:`CONTENDERS` of (``name``, R = ``runs``), alternated ``repeats`` times: one row each with
+    seconds per interval (min, median), seed-updates/s (best, median), share of the bare scan's rate (of
+    the bests, of the medians) and the samples."""
+    samples = alternate(contenders(name, runs, updates, eval_episodes, intervals, data, level), repeats)
+    bare = Spread.of(samples["bare"])
+    rows = []
+    for contender in CONTENDERS:
+        spread = Spread.of(samples[contender])
+        best, median = spread.rates(runs * updates)
+        rows.append({"algo": name, "runs": runs, "contender": contender, "seconds_min": spread.min,
+                     "seconds_median": spread.median, "updates_per_s_best": best, "updates_per_s_median": median,
+                     "share_of_bare_best": bare.min / spread.min, "share_of_bare_median": bare.median / spread.median,
+                     "samples": samples[contender]})
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--algos", nargs="+", default=["bc", "cql"])
@@ -124,18 +142,11 @@ def main() -> None:
     rows = []
     for name in args.algos:
         for runs in args.runs:
-            calls = contenders(name, runs, args.updates, args.eval_episodes, args.intervals, data, level)
-            samples = alternate(calls, args.repeats)
-            bare = Spread.of(samples["bare"])
-            for contender in CONTENDERS:
-                spread = Spread.of(samples[contender])
-                best, median = spread.rates(runs * args.updates)
-                rows.append({"algo": name, "runs": runs, "contender": contender, "seconds_min": spread.min,
-                             "seconds_median": spread.median, "updates_per_s_best": best,
-                             "updates_per_s_median": median, "share_of_bare_best": bare.min / spread.min,
-                             "share_of_bare_median": bare.median / spread.median, "samples": samples[contender]})
-                print(f"{name} R={runs} {contender:16s} {spread.min * 1e3:9.1f} / {spread.median * 1e3:9.1f} ms  "
-                      f"{best:12,.0f} / {median:12,.0f} updates/s  {bare.median / spread.median:6.1%} of bare",
+            rows += measure(name, runs, args.updates, args.eval_episodes, args.intervals, args.repeats, data, level)
+            for r in rows[-len(CONTENDERS):]:
+                print(f"{name} R={runs} {r['contender']:16s} {r['seconds_min'] * 1e3:9.1f} / "
+                      f"{r['seconds_median'] * 1e3:9.1f} ms  {r['updates_per_s_best']:12,.0f} / "
+                      f"{r['updates_per_s_median']:12,.0f} updates/s  {r['share_of_bare_median']:6.1%} of bare",
                       flush=True)
     device = jax.devices()[0]
     header = ("| algorithm | R | contender | ms per interval (best / median) | seed-updates/s (best / median) "
