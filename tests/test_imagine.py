@@ -289,6 +289,10 @@ def test_study_cli_runs_on_babyai(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert "| easy |" in (directory / "quality.md").read_text()
     study.main(["evaluate", "smoke", "--num", "2", "--levels", "easy", "--step", "1"])  # an earlier checkpoint
     assert json.loads((directory / "quality-step1.json").read_text())["step"] == 1
+    study.main(["evaluate", "smoke", "--num", "2", "--levels", "easy", "--oversample", "3"])  # best 2 of 6
+    oversampled = json.loads((directory / "quality-k3.json").read_text())
+    assert oversampled["oversample"] == 3 and record["oversample"] == 1
+    assert 1 <= oversampled["levels"]["easy"]["num_rollouts"] <= 2
     capsys.readouterr()
     study.main(["compare", "smoke:tiny"])
     assert "| tiny | easy |" in capsys.readouterr().out

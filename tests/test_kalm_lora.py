@@ -73,6 +73,50 @@ def test_merge_lora_adds_the_scaled_low_rank_product() -> None:
         lora_lib.init_lora(jax.random.key(1), base, config, rank=0)
 
 
+def test_attached_lora_computes_the_merged_model_and_its_gradients_without_the_kernels_gradient() -> None:
+    from imaginejax.imaginer.llama import forward
+
+    config = LlamaConfig(vocab_size=16, hidden_size=8, intermediate_size=16, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1)
+    base = init_params(config, jax.random.key(0))
+    lora = lora_lib.init_lora(jax.random.key(1), base, config, rank=2, targets=lora_lib.LORA_TARGETS)
+    lora = jax.tree.map(lambda x: x + 0.3 * jax.random.normal(jax.random.key(x.size), x.shape), lora)
+    ids = jnp.array([[1, 5, 3, 7, 2, 9]])
+
+    def logits(adapters: dict, combine) -> jax.Array:
+        return forward(combine(base, adapters, 0.5), config, ids).logits
+
+    merged, attached = logits(lora, lora_lib.merge_lora), logits(lora, lora_lib.attach_lora)
+    np.testing.assert_allclose(attached, merged, rtol=1e-5, atol=1e-5)
+    # Without adapters the projection is nn.Dense exactly (the base model, bit for bit).
+    np.testing.assert_array_equal(logits({}, lora_lib.attach_lora), forward(base, config, ids).logits)
+    grads = [jax.grad(lambda t, c=combine: logits(t, c)[0, -1, 3])(lora)
+             for combine in (lora_lib.merge_lora, lora_lib.attach_lora)]
+    jax.tree.map(lambda g, h: np.testing.assert_allclose(h, g, rtol=1e-4, atol=1e-6), *grads)
+    # The attached step never forms a kernel-sized gradient: XLA counts fewer FLOPs (here 2 layers, 7 targets).
+    counted = []
+    for combine in (lora_lib.merge_lora, lora_lib.attach_lora):
+        compiled = jax.jit(jax.grad(lambda t, c=combine: logits(t, c).sum())).lower(lora).compile()
+        cost = compiled.cost_analysis()
+        counted.append((cost[0] if isinstance(cost, list) else cost)["flops"])
+    assert counted[1] < counted[0]
+
+
+def test_a_run_with_attached_lora_trains_as_the_merged_one_and_records_its_form(tmp_path: Path) -> None:
+    import json
+
+    runs = {form: finetune("tiny", synthetic_dataset(), tmp_path / form, **LORA_OVERRIDES, lora_form=form)
+            for form in ("merged", "attached")}
+    losses = {form: [row["loss"] for row in run.history] for form, run in runs.items()}
+    np.testing.assert_allclose(losses["attached"], losses["merged"], rtol=1e-4)
+    presets = {form: json.loads((run.run_dir / "run.json").read_text())["preset"] for form, run in runs.items()}
+    assert "lora_form" not in presets["merged"] and presets["attached"]["lora_form"] == "attached"
+    loaded = load_imaginer(runs["attached"].run_dir)  # generation uses the merged kernels either way
+    assert params_fingerprint(loaded.params) == params_fingerprint(runs["attached"].imaginer.params)
+    with pytest.raises(ValueError, match="lora_form = 'fused' is not one of merged, attached"):
+        get_preset("tiny", lora_form="fused")
+
+
 def test_mlp_targets_merge_into_the_mlp_and_round_trip_through_a_run(tmp_path: Path) -> None:
     config = LlamaConfig(vocab_size=16, hidden_size=8, intermediate_size=16, num_hidden_layers=1,
                          num_attention_heads=2, num_key_value_heads=1)

@@ -13,7 +13,7 @@
 # 3. `run.sh --exec imaginer_finetune.sh WORK` within FINETUNE_SECONDS (default 400): fine-tuning with validation,
 #    the best checkpoint exported and evaluated (that script's variables pass through: STEPS, TRAIN_SECONDS,
 #    EVAL_SECONDS, TRAJECTORIES, CHECKPOINT_EVERY, VALIDATE_EVERY, NUM, BEST_NUM, COMPUTE_DTYPE);
-# 4. the fine-tuning step's MFU (experiments/benchmarks/imaginer_mfu.py) within MFU_SECONDS (default 70);
+# 4. the fine-tuning step's MFU (experiments/benchmarks/imaginer_mfu.py) within MFU_SECONDS (default 90);
 # 5. OUT: log.txt (with the validation table), summary.md (the best checkpoint, its quality, MFU) and WORK packed as
 #    results.tgz.part-aa, -ab, ... of 15 MiB (the device returns at most 8 files of 16 MiB);
 #    `cat results.tgz.part-* | tar -xz` restores it.
@@ -33,7 +33,7 @@ exec > >(tee "$OUT/log.txt") 2>&1
 for packed in .accel/real/*.tar.xz; do [ -f "$packed" ] && tar -xJf "$packed" -C "$IMAGINEJAX_HOME"; done
 (command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv) || true
 FINETUNE_SECONDS=${FINETUNE_SECONDS:-400}
-MFU_SECONDS=${MFU_SECONDS:-70}
+MFU_SECONDS=${MFU_SECONDS:-90}
 MFU=$PWD/experiments/benchmarks/imaginer_mfu.py
 # shellcheck disable=SC2016
 bash experiments/accelerator/run.sh --exec bash -c '
@@ -41,7 +41,8 @@ bash experiments/accelerator/run.sh --exec bash -c '
   timeout --signal=TERM "$1" bash experiments/accelerator/imaginer_finetune.sh "$2" "${STEPS:-1500}" \
     "${TRAIN_SECONDS:-280}" "${EVAL_SECONDS:-30}"
   echo "imaginer_finetune.sh: exit $?"
-  cd "$2" && timeout --signal=TERM "$3" "${PYTHON:-python3}" "$4" --rows 512 128 --dtypes bfloat16 float32 \
+  cd "$2" && timeout --signal=TERM "$3" "${PYTHON:-python3}" "$4" --rows 512 \
+    --modes lora-all lora-all-attached full --dtypes bfloat16 float32 \
     --seconds $(($3 - 40)) --out "$2/imaginer_mfu"
   echo "imaginer_mfu.py: exit $?"' imaginer "$FINETUNE_SECONDS" "$WORK" "$MFU_SECONDS" "$MFU"
 {

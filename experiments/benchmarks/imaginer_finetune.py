@@ -129,11 +129,13 @@ def _kalm_rollout_batch(base: Any, config: Any, batch: int, length: int) -> Any:
 
 
 def build_ours(model: str, mode: str, batch: int, length: int, compute_dtype: str = "float32",
-               lora_targets: tuple[str, ...] | None = None, aot: bool = False) -> dict[str, Any]:
+               lora_targets: tuple[str, ...] | None = None, aot: bool = False, lora_form: str = "merged"
+               ) -> dict[str, Any]:
     """Our two training steps of one case, not yet run: ``kalm`` and ``lm`` ({step: a blocking call that
     runs one step and carries the state, tokens: real tokens per step}), and the case's sizes.
 
-    ``compute_dtype``/``lora_targets``: the preset fields of that name (default: float32, q/k/v/o).
+    ``compute_dtype``/``lora_targets``/``lora_form``: the preset fields of that name (default: float32, q/k/v/o,
+    merged; the LM step always merges).
     ``aot``: the KALM step is compiled here (ahead of its first call) and ``kalm`` also holds ``flops``, XLA's
     count of floating-point operations per step (its cost analysis of the compiled program)."""
     import jax
@@ -156,7 +158,8 @@ def build_ours(model: str, mode: str, batch: int, length: int, compute_dtype: st
     lora_rank = LORA_RANK if mode == "lora" else 0
     preset = get_preset("tiny", architecture=_architecture(model), learning_rate=LEARNING_RATE,
                         lora_rank=lora_rank, lora_alpha=LORA_ALPHA, num_steps=1000, warmup_steps=0,
-                        compute_dtype=compute_dtype, **({"lora_targets": lora_targets} if lora_targets else {}))
+                        compute_dtype=compute_dtype, lora_form=lora_form,
+                        **({"lora_targets": lora_targets} if lora_targets else {}))
     base = build_base_model(preset, jax.random.key(0))
     config = KalmConfig(llama=base.config, state_dim=10, discrete=True, num_actions=40,
                         state_token_id=base.placeholders[0], action_token_id=base.placeholders[1],
@@ -170,7 +173,7 @@ def build_ours(model: str, mode: str, batch: int, length: int, compute_dtype: st
     trainable, frozen = _initial_trainable(preset, base.params, config, jax.random.key(1),
                                            embedding_std(base.params))
     state = jax.device_put(TrainState(jnp.zeros((), jnp.int32), trainable, optimizer.init(trainable)))
-    kalm_step = make_train_step(config, optimizer, scale)
+    kalm_step = make_train_step(config, optimizer, scale, lora_merged=lora_form == "merged")
     normalizer = StateNormalizer.from_datasets([ds])
     holder = {"state": state}
     result["kalm"] = {"tokens": int(kalm_batch.attention_mask.sum())}

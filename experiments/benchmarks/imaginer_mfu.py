@@ -1,14 +1,16 @@
 """Model FLOP utilisation (MFU) of the imaginer's fine-tuning step on this device.
 
-    python experiments/benchmarks/imaginer_mfu.py [--model smollm2-135m] [--modes lora-all full]
+    python experiments/benchmarks/imaginer_mfu.py [--model smollm2-135m] [--modes lora-all lora-all-attached full]
         [--dtypes bfloat16 float32] [--rows 32 128 512] [--length 128] [--steps 10] [--seconds 120]
         [--peak-tflops P] [--out results/benchmarks/imaginer_mfu]
 
 The step is the KALM step fine-tuning runs (``imaginer_finetune.build_ours``: the real batch builder, regression
 and classification heads, clip + AdamW) on one rollout-task batch of ``rows`` × ``--length`` tokens, random
-weights with the model's exact architecture. Per case: compiled ahead of time, FLOPs per step = XLA's cost
-analysis of the compiled program; one warm-up step, then ``--steps`` timed steps (min and median);
-tokens/s counts real tokens, achieved TFLOP/s = FLOPs per step / seconds per step, MFU = achieved / peak.
+weights with the model's exact architecture. Modes: ``full`` fine-tuning, ``lora`` (q/k/v/o) and ``lora-all``
+(every projection) with the adapters merged into the kernels, ``lora-all-attached`` with them attached
+(``Preset.lora_form``: fewer FLOPs, more and skinnier matmuls). Per case: compiled ahead of time, FLOPs per
+step = XLA's cost analysis of the compiled program; one warm-up step, then ``--steps`` timed steps (min and
+median); tokens/s counts real tokens, achieved TFLOP/s = FLOPs per step / seconds per step, MFU = achieved / peak.
 The peak is ``--peak-tflops``, else the device's dense bfloat16 peak (H100 SXM and H200: 989.4 TFLOP/s); both
 dtypes are reported against it, as MFU usually is. Cases run in the order given (dtype, mode, rows) until
 ``--seconds`` are spent; the tables are rewritten after every case, so a run stopped early keeps what it measured.
@@ -43,7 +45,8 @@ def measure(model: str, mode: str, dtype: str, rows: int, length: int, steps: in
 
     start = time.perf_counter()
     case = ift.build_ours(model, "full" if mode == "full" else "lora", rows, length, compute_dtype=dtype,
-                          lora_targets=lora_lib.LORA_TARGETS if mode == "lora-all" else None, aot=True)
+                          lora_targets=lora_lib.LORA_TARGETS if mode.startswith("lora-all") else None, aot=True,
+                          lora_form="attached" if mode.endswith("attached") else "merged")
     kalm = case["kalm"]
     kalm["step"]()
     compile_s = time.perf_counter() - start
@@ -84,7 +87,8 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m", choices=["tiny", "smollm2-135m"])
-    parser.add_argument("--modes", nargs="+", default=["lora-all"], choices=["lora-all", "lora", "full"])
+    parser.add_argument("--modes", nargs="+", default=["lora-all", "lora-all-attached"],
+                        choices=["lora-all", "lora-all-attached", "lora", "full"])
     parser.add_argument("--dtypes", nargs="+", default=["bfloat16", "float32"], choices=["bfloat16", "float32"])
     parser.add_argument("--rows", nargs="+", type=int, default=[32, 128, 512])
     parser.add_argument("--length", type=int, default=128)

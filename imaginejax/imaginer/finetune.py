@@ -271,15 +271,16 @@ class TrainState:
     opt_state: Any
 
 
-def effective_params(trainable: Params, frozen: Params | None, scale: float | None) -> Params:
+def effective_params(trainable: Params, frozen: Params | None, scale: float | None, merged: bool = True) -> Params:
     """``{"llama": ..., "kalm": ...}`` for the forward pass: the trainable tree itself (full
-    fine-tuning) or the frozen backbone with the LoRA update merged in."""
+    fine-tuning) or the frozen backbone with the LoRA update merged in (``merged``: generation, export) or
+    attached unmerged (fine-tuning's differentiated form; :mod:`imaginejax.imaginer.lora`)."""
     if "lora" not in trainable:
         return trainable
     if frozen is None or scale is None:
         raise ValueError("LoRA parameters need the frozen backbone and the LoRA scale")
-    return {"llama": lora_lib.merge_lora(frozen["llama"], trainable["lora"], scale),
-            "kalm": trainable["kalm"]}
+    combine = lora_lib.merge_lora if merged else lora_lib.attach_lora
+    return {"llama": combine(frozen["llama"], trainable["lora"], scale), "kalm": trainable["kalm"]}
 
 
 def make_optimizer(preset: Preset, num_steps: int) -> optax.GradientTransformation:
@@ -305,19 +306,20 @@ TrainStep = Callable[[TrainState, Params | None, Mapping[str, KalmBatch], StateN
 
 def make_train_step(config: KalmConfig, optimizer: optax.GradientTransformation,
                     lora_scale: float | None = None,
-                    task_weights: Mapping[str, float] | None = None) -> TrainStep:
+                    task_weights: Mapping[str, float] | None = None, lora_merged: bool = True) -> TrainStep:
     """The jitted step ``(state, frozen, batches, normalizer) -> (state, metrics)``.
 
     ``frozen``: ``{"llama": backbone}`` for LoRA, None for full fine-tuning (never differentiated,
     never updated). ``batches``: task name -> :class:`KalmBatch`. ``metrics``: the loss terms of
     :func:`~imaginejax.imaginer.kalm.multitask_loss` plus ``grad_norm`` and ``tokens`` (real tokens).
+    ``lora_merged``: LoRA differentiated merged into the kernels, or attached (``Preset.lora_form``).
     The state argument is donated.
     """
     weights = dict(task_weights or {})
 
     def loss_fn(trainable: Params, frozen: Params | None, batches: Mapping[str, KalmBatch],
                 normalizer: StateNormalizer) -> tuple[jax.Array, dict[str, jax.Array]]:
-        params = effective_params(trainable, frozen, lora_scale)
+        params = effective_params(trainable, frozen, lora_scale, merged=lora_merged)
         return multitask_loss(params, config, batches, normalizer, weights)
 
     def step(state: TrainState, frozen: Params | None, batches: Mapping[str, KalmBatch],
@@ -344,11 +346,12 @@ def _cached_train_step(preset: Preset, config: KalmConfig, optimizer: optax.Grad
     resumed or repeated run in one process does not compile again)."""
     key = (config, scale, tuple(sorted(preset.task_weights.items())), preset.learning_rate,
            preset.warmup_steps, preset.weight_decay, preset.grad_clip, preset.adam_b2,
-           preset.grad_accum, preset.num_steps)
+           preset.grad_accum, preset.num_steps, preset.lora_form)
     if key not in _TRAIN_STEP_CACHE:
         if len(_TRAIN_STEP_CACHE) >= _TRAIN_STEP_CACHE_SIZE:
             _TRAIN_STEP_CACHE.pop(next(iter(_TRAIN_STEP_CACHE)))
-        _TRAIN_STEP_CACHE[key] = make_train_step(config, optimizer, scale, preset.task_weights)
+        _TRAIN_STEP_CACHE[key] = make_train_step(config, optimizer, scale, preset.task_weights,
+                                                 lora_merged=preset.lora_form == "merged")
     return _TRAIN_STEP_CACHE[key]
 
 

@@ -436,12 +436,29 @@ class RMSNorm(nn.Module):
 _float32_out = functools.partial(jax.lax.dot_general, preferred_element_type=jnp.float32)
 
 
+class Projection(nn.Dense):
+    """``nn.Dense`` with an optional unmerged low-rank update: when its parameters also hold ``lora_a``
+    (D_in, r) and ``lora_b`` (r, D_out) (:func:`imaginejax.imaginer.lora.attach_lora`, the LoRA scale
+    folded into ``lora_a``), ``y = x W + b + (x lora_a) lora_b``, both factors in the kernel's compute dtype.
+    Training through this form never forms the gradient of the frozen (D_in, D_out) kernel; without the two
+    entries it is ``nn.Dense`` exactly."""
+
+    @nn.compact
+    def __call__(self, inputs: jax.Array) -> jax.Array:
+        y = super().__call__(inputs)
+        if self.has_variable("params", "lora_a"):
+            a, b = self.get_variable("params", "lora_a"), self.get_variable("params", "lora_b")
+            low = jnp.dot(inputs.astype(y.dtype), a.astype(y.dtype), precision=self.precision)
+            y = y + jnp.dot(low, b.astype(y.dtype), precision=self.precision)
+        return y
+
+
 def _dense(config: LlamaConfig, features: int, use_bias: bool, precision: Any, dtype: Any, name: str
            ) -> nn.Dense:
     """A projection initialised as Hugging Face does (normal(initializer_range), zero bias), computed
-    in ``dtype`` (None: the promoted dtype of input and kernel)."""
-    return nn.Dense(features, use_bias=use_bias, precision=precision, dtype=dtype, name=name,
-                    kernel_init=nn.initializers.normal(config.initializer_range))
+    in ``dtype`` (None: the promoted dtype of input and kernel); a :class:`Projection`."""
+    return Projection(features, use_bias=use_bias, precision=precision, dtype=dtype, name=name,
+                      kernel_init=nn.initializers.normal(config.initializer_range))
 
 
 class LlamaAttention(nn.Module):

@@ -3,11 +3,18 @@
 For each targeted projection ``W`` (D_in, D_out) of each layer, two trainable matrices
 ``a`` (D_in, r) and ``b`` (r, D_out) add ``scale · a @ b`` to ``W`` with ``scale = alpha / r``.
 ``a`` starts random (normal, std 1/sqrt(D_in)) and ``b`` at zero, so the model starts exactly at the
-base model. The update is *merged* into a copy of the kernels before the forward pass
-(:func:`merge_lora`): the forward code stays the plain Llama, gradients reach only ``a`` and ``b``
-(the base tree is an input that is never differentiated, so it stays bit-identical), and a merged
-model generates at full speed. The price is one temporary copy of the targeted kernels per step
-(for Llama-2-7B in bfloat16 about 1 GB).
+base model. Two forms of the same function:
+
+* *attached* (:func:`attach_lora`, what fine-tuning differentiates): the kernels stay as they are and each
+  targeted projection computes ``x W + (x · scale a) b`` (:class:`~imaginejax.imaginer.llama.Projection`).
+  Its backward pass costs ``2 T r (D_in + D_out)`` FLOPs per projection for the factors' gradients instead
+  of the ``2 T D_in D_out`` of the frozen kernel's gradient, which the merged form must form first (a third
+  of a step's matmul FLOPs with every projection targeted; docs/imaginer.md "LoRA merged or attached");
+* *merged* (:func:`merge_lora`, what generation and export use): ``W + scale a b`` written into a copy
+  of the kernels, so a merged model generates at the plain Llama's speed.
+
+Gradients reach only ``a`` and ``b``; the base tree is an input that is never differentiated, so it stays
+bit-identical.
 
 LoRA tree: ``{"layers_{i}": {"q_proj": {"a": (D, r), "b": (r, H*Dh)}, ...}}`` (float32); a target's
 module (``self_attn`` or ``mlp``) follows from its name (:data:`TARGET_MODULE`).
@@ -23,7 +30,8 @@ import jax.numpy as jnp
 
 from imaginejax.imaginer.llama import LlamaConfig, Params
 
-__all__ = ["LORA_TARGETS", "ATTENTION_TARGETS", "TARGET_MODULE", "init_lora", "merge_lora", "lora_scale"]
+__all__ = ["LORA_TARGETS", "ATTENTION_TARGETS", "TARGET_MODULE", "init_lora", "merge_lora", "attach_lora",
+           "lora_scale"]
 
 ATTENTION_TARGETS: Final[tuple[str, ...]] = ("q_proj", "k_proj", "v_proj", "o_proj")
 MLP_TARGETS: Final[tuple[str, ...]] = ("gate_proj", "up_proj", "down_proj")
@@ -82,3 +90,18 @@ def merge_lora(llama_params: Params, lora: Params, scale: float) -> Params:
             layer[TARGET_MODULE[target]] = parent
         merged[name] = layer
     return merged
+
+
+def attach_lora(llama_params: Params, lora: Params, scale: float) -> Params:
+    """Backbone parameters whose targeted modules also hold ``lora_a = scale · a`` and ``lora_b = b`` (the
+    unmerged form :class:`~imaginejax.imaginer.llama.Projection` computes); kernels untouched, every other
+    leaf shared. Equal to :func:`merge_lora`'s model up to rounding, and differentiable in ``lora``."""
+    attached = dict(llama_params)
+    for name, targets in lora.items():
+        layer = dict(attached[name])
+        for target, factors in targets.items():
+            parent = dict(layer[TARGET_MODULE[target]])
+            parent[target] = {**parent[target], "lora_a": scale * factors["a"], "lora_b": factors["b"]}
+            layer[TARGET_MODULE[target]] = parent
+        attached[name] = layer
+    return attached

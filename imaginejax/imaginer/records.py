@@ -20,6 +20,8 @@ from imaginejax.core.files import field_problem
 from imaginejax.imaginer import lora
 from imaginejax.imaginer.llama import COMPUTE_DTYPES
 
+LORA_FORMS = ("merged", "attached")
+
 RUN_FORMAT: Final[str] = "imaginejax-kalm-run"
 RUN_SCHEMA_VERSION: Final[int] = 1
 # Preset.validation's settings and their defaults (imaginejax.imaginer.validation uses them).
@@ -88,7 +90,10 @@ class Preset:
         :mod:`~imaginejax.imaginer.llama`). Part of what the imaginer is: recorded in the KALM config
         and left out of :meth:`to_json` when float32, so the records of float32 runs are unchanged.
       lora_rank: 0 for full fine-tuning, r > 0 for LoRA; ``lora_alpha``: its scale numerator;
-        ``lora_targets``: the adapted projections (:data:`~imaginejax.imaginer.lora.LORA_TARGETS`).
+        ``lora_targets``: the adapted projections (:data:`~imaginejax.imaginer.lora.LORA_TARGETS`);
+        ``lora_form``: what fine-tuning differentiates, ``"merged"`` (``W + s a b`` formed each step) or
+        ``"attached"`` (``x W + (x s a) b``: no kernel-sized gradient; :mod:`~imaginejax.imaginer.lora`), the
+        same model up to rounding; left out of :meth:`to_json` when merged.
       learning_rate, warmup_steps, weight_decay, grad_clip, adam_b2: the optimiser.
       num_steps: micro-batches (train-step calls); ``grad_accum`` micro-batches per update.
       batch_sizes: rows per task per micro-batch (0 drops a task, e.g. for KALM's ablations).
@@ -129,6 +134,7 @@ class Preset:
     lora_rank: int = 0
     lora_alpha: float = 16.0
     lora_targets: tuple[str, ...] = lora.ATTENTION_TARGETS
+    lora_form: str = "merged"
     learning_rate: float = 1e-3
     warmup_steps: int = 20
     weight_decay: float = 0.01
@@ -156,6 +162,9 @@ class Preset:
         if self.compute_dtype not in COMPUTE_DTYPES:
             raise ValueError(f"preset {self.name!r}: compute_dtype = {self.compute_dtype!r} is not one of "
                              f"{', '.join(COMPUTE_DTYPES)}; e.g. compute_dtype='bfloat16' for mixed precision")
+        if self.lora_form not in LORA_FORMS:
+            raise ValueError(f"preset {self.name!r}: lora_form = {self.lora_form!r} is not one of "
+                             f"{', '.join(LORA_FORMS)}")
         unknown = set(self.lora_targets) - set(lora.LORA_TARGETS)
         if unknown:
             raise ValueError(f"preset {self.name!r}: unknown lora_targets {sorted(unknown)}; valid: "
@@ -173,6 +182,8 @@ class Preset:
         data["lora_targets"] = list(self.lora_targets)
         if self.compute_dtype == "float32":
             del data["compute_dtype"]
+        if self.lora_form == "merged":
+            del data["lora_form"]
         if self.validation is None:
             del data["validation"]
         else:
@@ -284,6 +295,7 @@ def _preset(path: Path, preset: Mapping[str, Any], trusted_model_path: bool) -> 
     _text(path, "preset.dtype", preset.get("dtype", "float32"), choices=("float32", "bfloat16", "float16"))
     _text(path, "preset.compute_dtype", preset.get("compute_dtype", "float32"), choices=COMPUTE_DTYPES)
     _int(path, "preset.lora_rank", preset.get("lora_rank", 0), 0, 4096)
+    _text(path, "preset.lora_form", preset.get("lora_form", "merged"), choices=LORA_FORMS)
     targets = preset.get("lora_targets", list(lora.ATTENTION_TARGETS))
     if not isinstance(targets, list) or not set(map(str, targets)) <= set(lora.LORA_TARGETS) or not all(
             isinstance(t, str) for t in targets):

@@ -145,21 +145,24 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     for index, level in enumerate(args.levels):
         env, params = make(env_name, level, embed=False)
         result = imagine(imaginer, env, params, jax.random.fold_in(jax.random.key(args.seed), index),
-                         args.num, project=args.project, quality=False, progress=True)
+                         args.num, project=args.project, quality=False, oversample=args.oversample, progress=True)
         datasets[level] = result.dataset
         seconds[level] = result.seconds
     report = quality_report(datasets)
     tag = ("quality-projected" if args.project else "quality") + (
-        "-best" if args.step == "best" else f"-step{args.step}" if args.step else "")
+        "-best" if args.step == "best" else f"-step{args.step}" if args.step else "") + (
+        f"-k{args.oversample}" if args.oversample > 1 else "")
     record = {"run": args.run, "env": env_name, "step": imaginer.step, "selection": imaginer.selection,
               "preset": imaginer.preset,
               "state_prediction": imaginer.config.state_prediction, "project": bool(args.project),
-              "num": args.num, "seed": args.seed, "generation_seconds": seconds, **report.to_dict()}
+              "num": args.num, "seed": args.seed, "oversample": args.oversample, "generation_seconds": seconds,
+              **report.to_dict()}
     table = report.to_markdown()
     written = [write_text(directory / f"{tag}.json", json.dumps(record, indent=2) + "\n"),
                write_text(directory / f"{tag}.md", f"# {args.run} ({tag})\n\n{table}")]
     print(f"{args.run} ({env_name}): state prediction {imaginer.config.state_prediction}, projection "
-          f"{'on' if args.project else 'off'}, {args.num} rollouts per level\n\n{table}\n\n"
+          f"{'on' if args.project else 'off'}, {args.num} rollouts per level"
+          f"{f' (best of {args.oversample}x generated per task)' if args.oversample > 1 else ''}\n\n{table}\n\n"
           f"written: {', '.join(str(path) for path in written)}")
     return record
 
@@ -223,6 +226,9 @@ def main(argv: list[str] | None = None) -> None:
     p_eval.add_argument("--seed", type=int, default=7)
     p_eval.add_argument("--project", action="store_true", help="project states onto the legal set")
     p_eval.add_argument("--levels", nargs="+", default=list(LEVELS))
+    p_eval.add_argument("--oversample", type=int, default=1, metavar="K",
+                        help="generate K x --num rollouts per level and keep the --num best per task (imagine's "
+                             "oversample; writes ...-k<K>)")
     p_eval.add_argument("--step", type=_step, default=None,
                         help="checkpoint to evaluate: a step (writes quality[-projected]-step<k>) or best (the best "
                              "by validation, writes quality[-projected]-best); default: the latest")
