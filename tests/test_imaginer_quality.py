@@ -3,7 +3,8 @@ known answers: a rollout stepped by the simulator has zero transition error, a t
 exactly its jump as error, a ball off the table and two overlapping balls are illegal (by category),
 a rollout ending in the goal is consistent; the summary rates and the filter's choices are counted by
 hand. Also: the CLEVR categories partition ``env.legal``, the projection lands on legal states, BabyAI
-is scored from its 17-d vector, and a new environment's rules are scored as given."""
+is scored from its 17-d vector, and a new environment's rules are scored as given (one illegal-states
+column when they have no causes)."""
 
 from __future__ import annotations
 
@@ -277,6 +278,10 @@ def test_quality_rules_of_a_new_environment() -> None:
     nosim = quality_report(TrajectoryDataset(env="toy-nosim", **base), rules=nosim_rules)
     assert nosim.levels["train"]["exceeds_dynamics_rate"] is None
     assert "not checked: it is a toy" in nosim.to_markdown()
+    # Without causes the illegal-states column is the only one (not repeated as a category).
+    assert list(nosim.levels["train"]["illegal_states_by_category"]) == [ILLEGAL]
+    head = nosim.to_markdown().splitlines()[0]
+    assert "| illegal states | transition error mean / p90 |" in head and f"{ILLEGAL} (states)" not in head
     with pytest.raises(QualityError, match="no simulator"):
         filter_dataset(TrajectoryDataset(env="toy-nosim", **base), nosim, max_transition_error=1.0)
     with pytest.raises(QualityError, match=r"give its registry entry \(imaginejax.envs.<name>.ENTRY\) a `quality`"):
