@@ -21,6 +21,8 @@ from imaginejax.data.collect import collect
 from imaginejax.data.types import TrajectoryDataset
 from imaginejax.data.validate import validate_dataset
 from imaginejax.envs import make
+from imaginejax.envs.babyai import grid as G
+from imaginejax.envs.babyai.env import BabyAI
 from imaginejax.envs.cheetah import tasks as ct
 from imaginejax.envs.libero import model as lm
 from imaginejax.envs.libero import tasks as lt
@@ -34,6 +36,7 @@ from imaginejax.imaginer.imagine import (
 )
 from imaginejax.imaginer.kalm import rollout_prompts
 from imaginejax.envs import quality_rules
+from imaginejax.envs.babyai.quality import babyai_violations
 from imaginejax.envs.cheetah.quality import CHEETAH_ERROR_SCALE, cheetah_violations
 from imaginejax.envs.libero.quality import libero_violations, project_libero
 from imaginejax.envs.metaworld.quality import metaworld_violations, project_metaworld
@@ -409,6 +412,56 @@ def test_babyai_expert_trajectories_score_perfectly() -> None:
         report[level] = summarize(scores)
         assert report[level]["illegal_state_rate"] == 0.0
         assert report[level]["goal_consistency"] == pytest.approx(ds.terminals.any(axis=1).mean())
+        # Every real state (carried objects, opened doors included) is legal and breaks no rule.
+        states = ds.states[np.arange(ds.states.shape[1])[None] <= ds.mask.sum(axis=1)[:, None]]
+        assert np.asarray(BabyAI.legal(jnp.asarray(states))).all()
+        assert not any(np.asarray(v).any() for v in babyai_violations(jnp.asarray(states)).values())
+
+
+def babyai_state(**fields: Any) -> np.ndarray:
+    """A (17,) legal BabyAI state (ball (red, 2, 2), box (green, 5, 5), key (blue, 2, 5), closed yellow
+    door at y = 3, agent (3, 3), hands empty) with ``fields`` given to ``make_grid`` instead."""
+    grid = dict(ball=(0, 2, 2), box=(1, 5, 5), key=(2, 2, 5), door=(4, 3, G.CLOSED), agent=(3, 3),
+                carried=(G.NOTHING, 0)) | fields
+    return np.asarray(G.to_vector(G.make_grid(**grid)))
+
+
+def test_babyai_violations_name_the_broken_rule() -> None:
+    base = babyai_state()
+    half, nan, door_x = base.copy(), base.copy(), base.copy()
+    half[G.AGENT_X], nan[G.BALL_X], door_x[G.DOOR_X_INDEX] = 2.5, np.nan, G.DOOR_X - 1
+    one_per_cause = {
+        "non-finite or non-integer": [half, nan],
+        "colour, carried type or door state out of range": [
+            babyai_state(ball=(G.NUM_COLOURS, 2, 2)), babyai_state(carried=(G.KEY + 1, 0)),
+            babyai_state(door=(4, 3, G.LOCKED + 1))],
+        "carried object not at (0, 0)": [babyai_state(carried=(G.BALL, 0))],
+        "carried colour not the carried object's": [babyai_state(ball=(0, 0, 0), carried=(G.BALL, 1))],
+        "floor object outside the interior": [babyai_state(ball=(0, 0, 0)), babyai_state(key=(2, 7, 4))],
+        "two floor objects on one cell": [babyai_state(ball=(0, 5, 5))],
+        "nothing carried, colour not 0": [babyai_state(carried=(G.NOTHING, 1))],
+        "agent or door off its cells": [babyai_state(agent=(0, 3)), babyai_state(door=(4, 0, G.OPEN)), door_x],
+    }
+    carrying = babyai_state(ball=(0, 0, 0), carried=(G.BALL, 0))
+    assert np.asarray(BabyAI.legal(jnp.asarray(np.stack([base, carrying])))).all()
+    causes = babyai_violations(jnp.asarray(np.stack([base, carrying])))
+    assert not any(np.asarray(v).any() for v in causes.values())
+    assert list(babyai_violations(jnp.asarray(base))) == list(one_per_cause)
+    for cause, states in one_per_cause.items():
+        flagged = {name: np.asarray(v) for name, v in babyai_violations(jnp.asarray(np.stack(states))).items()}
+        assert flagged.pop(cause).all(), cause
+        assert not any(v.any() for v in flagged.values()), cause
+    # Random edits of one or two fields (integers from -1 to 8, a few halves and NaNs): the causes
+    # flag exactly the states legal() rejects.
+    rng = np.random.default_rng(0)
+    states = np.tile(np.stack([base, carrying]), (1000, 1))
+    for _ in range(2):
+        fields = rng.integers(0, G.STATE_DIM, len(states))
+        states[np.arange(len(states)), fields] = rng.integers(-1, 9, len(states))
+    states[::50, G.AGENT_Y] += 0.5
+    states[1::97, G.KEY_X] = np.nan
+    categories = jax.jit(babyai_violations)(jnp.asarray(states))
+    check_categories_partition_legal(lambda s: categories, BabyAI.legal, states, min_legal=0.05)
 
 
 # ------------------------------------------------------------------------------ LIBERO rules

@@ -3,7 +3,8 @@ known answers: a rollout stepped by the simulator has zero transition error, a t
 exactly its jump as error, a ball off the table and two overlapping balls are illegal (by category),
 a rollout ending in the goal is consistent; the summary rates and the filter's choices are counted by
 hand. Also: the CLEVR categories partition ``env.legal``, the projection lands on legal states, BabyAI
-is scored from its 17-d vector, and a new environment's rules are scored as given."""
+is scored from its 17-d vector (illegal states by cause), and a new environment's rules are scored as given
+(one illegal-states column when they have no causes)."""
 
 from __future__ import annotations
 
@@ -243,7 +244,13 @@ def test_babyai_is_scored_from_its_state_vector() -> None:
     np.testing.assert_allclose(scores.transition_error[:, 0], [0.0, 3.0, 4.0])
     np.testing.assert_array_equal(scores.exceeds_dynamics[:, 0], [False, True, True])
     np.testing.assert_array_equal(scores.legal_next[:, 0], [True, True, False])
-    assert list(scores.violations) == [ILLEGAL]
+    broken = {name for name, v in scores.violations.items() if v[2, 0]}
+    assert broken == {"agent or door off its cells"} and not any(v[:2].any() for v in scores.violations.values())
+    head, _, row = quality_report(ds).to_markdown().splitlines()[:3]
+    cells = dict(zip(head.strip("| ").split(" | "), row.strip("| ").split(" | ")))
+    by_cause = {name[:-len(" (states)")]: v for name, v in cells.items() if name.endswith(" (states)")}
+    assert cells["illegal states"] == "33.3 %" and set(by_cause) == set(scores.violations)
+    assert by_cause.pop("agent or door off its cells") == "33.3 %" and set(by_cause.values()) == {"0.0 %"}
     # The projection rounds and clips every field: noise disappears, the agent returns to x = 6.
     noisy = east + jnp.asarray(np.random.default_rng(0).uniform(-0.3, 0.3, 17), jnp.float32)
     projected = np.asarray(project_babyai(noisy.at[G.AGENT_X].set(9.6)))
@@ -277,6 +284,10 @@ def test_quality_rules_of_a_new_environment() -> None:
     nosim = quality_report(TrajectoryDataset(env="toy-nosim", **base), rules=nosim_rules)
     assert nosim.levels["train"]["exceeds_dynamics_rate"] is None
     assert "not checked: it is a toy" in nosim.to_markdown()
+    # Without causes the illegal-states column is the only one (not repeated as a category).
+    assert list(nosim.levels["train"]["illegal_states_by_category"]) == [ILLEGAL]
+    head = nosim.to_markdown().splitlines()[0]
+    assert "| illegal states | transition error mean / p90 |" in head and f"{ILLEGAL} (states)" not in head
     with pytest.raises(QualityError, match="no simulator"):
         filter_dataset(TrajectoryDataset(env="toy-nosim", **base), nosim, max_transition_error=1.0)
     with pytest.raises(QualityError, match=r"give its registry entry \(imaginejax.envs.<name>.ENTRY\) a `quality`"):

@@ -6,9 +6,8 @@ DIR: a BabyAI dataset directory (``imaginejax imagine`` output, one level; a rea
 scored with the project's quality report (:func:`imaginejax.imaginer.quality.score_dataset`); three markdown
 tables follow, one row per DIR, labelled ``<parent folder>/<level>``:
 
-1. **Illegal states** s_1..s_L split by the rule of ``envs/babyai/tasks.legal`` they break (a state can break
-   several; the report has no categories for BabyAI). The union of the causes is checked against the report's
-   own ``legal``.
+1. **Illegal states** s_1..s_L split by the rule of ``envs/babyai/tasks.legal`` they break: the report's own
+   causes (:func:`imaginejax.envs.babyai.quality.babyai_violations`; a state can break several).
 2. **Wrong fields per action kind**: of the transitions (s, a, s') with that action, the share whose s' differs
    from the simulator's step of (s, a) in each field group. Generated states are projected to integers, so a
    transition exceeds dynamics (error > 0.5) exactly when some field differs.
@@ -43,34 +42,13 @@ KINDS: dict[str, tuple[int, ...]] = {"move": G.MOVE_ACTIONS, "pick up": (G.PICKU
                                      "toggle": (G.TOGGLE,)}
 
 
-def illegal_causes(states: np.ndarray) -> dict[str, np.ndarray]:
-    """Each rule of ``tasks.legal`` a state breaks: (M, 17) integral states -> cause -> (M,) bool."""
-    s = np.rint(states).astype(np.int64)
-    carried, carried_colour = s[:, G.CARRIED_TYPE], s[:, G.CARRIED_COLOUR]
-    xs, ys, colours = [s[:, i] for i in XS], [s[:, i] for i in YS], [s[:, i] for i in COLOURS]
-    held = [carried == obj for obj in G.OBJECTS]
-    inside = [(x >= G.ROOM_MIN) & (x <= G.ROOM_MAX) & (y >= G.ROOM_MIN) & (y <= G.ROOM_MAX) for x, y in zip(xs, ys)]
-    pairs = [(i, j) for i in range(G.NUM_OBJECTS) for j in range(i + 1, G.NUM_OBJECTS)]
-    agent_in = ((s[:, G.AGENT_X] >= G.ROOM_MIN) & (s[:, G.AGENT_X] <= G.ROOM_MAX)
-                & (s[:, G.AGENT_Y] >= G.ROOM_MIN) & (s[:, G.AGENT_Y] <= G.ROOM_MAX))
-    return {
-        "carried object not at (0, 0)": np.any([h & ((x != 0) | (y != 0)) for h, x, y in zip(held, xs, ys)], axis=0),
-        "carried colour not the carried object's": np.any([h & (carried_colour != c) for h, c in zip(held, colours)],
-                                                          axis=0),
-        "floor object with a 0 coordinate": np.any([~h & ~i for h, i in zip(held, inside)], axis=0),
-        "two floor objects on one cell": np.any([~held[i] & ~held[j] & (xs[i] == xs[j]) & (ys[i] == ys[j])
-                                                 for i, j in pairs], axis=0),
-        "nothing carried, colour not 0": (carried == G.NOTHING) & (carried_colour != 0),
-        "agent or door off its cells": ~agent_in | (s[:, G.DOOR_X_INDEX] != G.DOOR_X),
-    }
-
-
 def _pct(values: np.ndarray) -> str:
     return f"{100 * values.mean():.1f}" if values.size else "—"
 
 
-def diagnose(path: Path) -> tuple[str, list[str], str]:
-    """One dataset's rows of the three tables (illegal causes, wrong fields per action kind, pick-ups)."""
+def diagnose(path: Path) -> tuple[list[str], str, list[str], str]:
+    """One dataset's illegal-state causes and its rows of the three tables (illegal causes, wrong fields per
+    action kind, pick-ups)."""
     ds = load_dataset(path)
     scores = score_dataset(ds)
     rows, steps = np.nonzero(scores.mask)
@@ -78,10 +56,7 @@ def diagnose(path: Path) -> tuple[str, list[str], str]:
     label = f"{path.parent.name}/{ds.level}"
 
     illegal = ~scores.legal_next[rows, steps]
-    causes = illegal_causes(following)
-    union = np.any(list(causes.values()), axis=0)
-    if not np.array_equal(union, illegal):
-        raise AssertionError(f"{path}: the causes do not reproduce legal(): {int((union != illegal).sum())} states")
+    causes = {name: v[rows, steps] for name, v in scores.violations.items()}
     illegal_row = f"| {label} | {len(rows)} | {_pct(illegal)} | " + " | ".join(_pct(v) for v in causes.values()) + " |"
 
     wrong = scores.per_dimension_error[rows, steps] > scores.threshold
@@ -111,24 +86,24 @@ def diagnose(path: Path) -> tuple[str, list[str], str]:
                 f"{_pct(empty[refused] & (nearest[refused] == 1))} | "
                 f"{_pct(after[refused & empty][:, G.CARRIED_TYPE] != G.NOTHING)} | {int(accepted.sum())} | "
                 f"{_pct(x_after == 0)} | {_pct(x_after == x_before)} | {_pct((x_after > 0) & (x_after != x_before))} |")
-    return illegal_row, kind_rows, pick_row
+    return list(causes), illegal_row, kind_rows, pick_row
 
 
 def main(paths: list[str]) -> None:
     results = [diagnose(Path(p).resolve()) for p in paths]
-    names = illegal_causes(np.zeros((1, G.STATE_DIM))).keys()
+    names = results[0][0]
     print("| dataset | generated states | illegal | " + " | ".join(names) + " |")
     print("|---|---:|---:|" + "---:|" * len(names))
-    print("\n".join(r[0] for r in results))
+    print("\n".join(r[1] for r in results))
     print()
     print("| dataset | action | transitions | exceeds dynamics | " + " | ".join(GROUPS) + " |")
     print("|---|---|---:|---:|" + "---:|" * len(GROUPS))
-    print("\n".join(line for r in results for line in r[1]))
+    print("\n".join(line for r in results for line in r[2]))
     print()
     print("| dataset | pick-ups | refused by the simulator | of those: hands full | empty hands, object 1 cell away "
           "| refused, empty hands, s' carries anyway | accepted | object at (0, 0) in s' | left in place | part way |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    print("\n".join(r[2] for r in results))
+    print("\n".join(r[3] for r in results))
     print("\nAll values in % except counts.")
 
 

@@ -50,7 +50,7 @@ import numpy as np
 from imaginejax import envs
 from imaginejax.data.types import TrajectoryDataset
 from imaginejax.data.validate import validate_dataset
-from imaginejax.envs.registry import QualityRules
+from imaginejax.envs.registry import ILLEGAL, QualityRules
 
 __all__ = [
     "RolloutScores", "QualityReport", "QualityError", "quality_rules_of", "score_dataset", "summarize",
@@ -390,14 +390,15 @@ class QualityReport:
 def summary_markdown(levels: Mapping[str, Mapping[str, Any]],
                      generated: Mapping[str, int] | None = None) -> str:
     """A markdown table of :func:`summarize` dicts, one row per level (name -> summary): rollouts,
-    goal consistency, legal rollouts, consistent ∧ legal, illegal states (and per category),
-    transition error (mean / p90), exceeds dynamics, consistent ∧ realistic; then a note on the
-    error unit and threshold. ``generated``: level -> rollouts generated for an oversampled level,
+    goal consistency, legal rollouts, consistent ∧ legal, illegal states (and per cause where the
+    rules have causes), transition error (mean / p90), exceeds dynamics, consistent ∧ realistic; then
+    a note on the error unit and threshold. ``generated``: level -> rollouts generated for an oversampled level,
     whose rollouts cell then reads "kept of generated" (:func:`rank_rollouts`)."""
     if not levels:
         raise QualityError("summary_markdown needs at least one level")
     first = next(iter(levels.values()))
-    categories = list(first["illegal_states_by_category"])
+    # Without causes (QualityRules.violations None) the one category ILLEGAL is the illegal-states column.
+    categories = [c for c in first["illegal_states_by_category"] if c != ILLEGAL]
     head = ["level", "rollouts", "goal consistency", "legal rollouts", "consistent & legal",
             "illegal states"] + [f"{c} (states)" for c in categories] + [
             "transition error mean / p90", "exceeds dynamics (transitions)",
