@@ -14,6 +14,7 @@ the task's Manhattan distance to go (:func:`potential_grid`). Full table: docs/e
 
 from __future__ import annotations
 
+import functools
 from typing import Final, NamedTuple
 
 import jax
@@ -402,33 +403,55 @@ def reward(
     return reward_grid(G.from_vector(prev_state), G.from_vector(next_state), goal_fields(goal), t, max_steps)
 
 
+def violations(states: jax.Array) -> dict[str, jax.Array]:
+    """Why BabyAI states are illegal: (..., 17) -> {category: (...) bool}.
+
+    The rules a state must keep, one mask per cause (:func:`legal` is their conjunction): ``non-finite or
+    non-integer``; ``colour, carried type or door state out of range``; ``carried object not at (0, 0)``;
+    ``carried colour not the carried object's``; ``floor object outside the interior`` (an object not
+    carried off the cells [ROOM_MIN, ROOM_MAX]²); ``two floor objects on one cell``; ``nothing carried,
+    colour not 0``; ``agent or door off its cells`` (agent outside the interior, door not at x = DOOR_X
+    with y in [ROOM_MIN, ROOM_MAX]). The relational causes are judged on the rounded fields, as ``legal``
+    does; a non-finite state is only counted as non-finite.
+    """
+    states = jnp.asarray(states)
+    if jnp.issubdtype(states.dtype, jnp.floating):
+        finite = jnp.all(jnp.isfinite(states), axis=-1)
+        integral = jnp.all(jnp.abs(states - jnp.round(states)) < 1e-4, axis=-1)
+        states = jnp.where(jnp.isfinite(states), states, 0.0)
+    else:
+        finite = integral = jnp.ones(states.shape[:-1], bool)
+    g = G.from_vector(jnp.clip(states, -1e6, 1e6))
+    any_of = lambda masks: functools.reduce(jnp.logical_or, masks)  # noqa: E731
+    colour_off = lambda c: (c < 0) | (c >= G.NUM_COLOURS)  # noqa: E731
+    held = [g.carried == obj for obj in G.OBJECTS]
+    pairs = [(i, j) for i in range(G.NUM_OBJECTS) for j in range(i + 1, G.NUM_OBJECTS)]
+    causes = {
+        "colour, carried type or door state out of range": any_of(
+            [colour_off(c) for c in (g.door_colour, *g.colour)]
+            + [(g.carried < G.NOTHING) | (g.carried > G.KEY), (g.door_state < G.OPEN) | (g.door_state > G.LOCKED)]),
+        "carried object not at (0, 0)": any_of(
+            [h & ((x != 0) | (y != 0)) for h, x, y in zip(held, g.x, g.y)]),
+        "carried colour not the carried object's": any_of(
+            [h & (g.carried_colour != c) for h, c in zip(held, g.colour)]),
+        "floor object outside the interior": any_of(
+            [~h & ~G.in_room(x, y) for h, x, y in zip(held, g.x, g.y)]),
+        "two floor objects on one cell": any_of(
+            [~held[i] & ~held[j] & (g.x[i] == g.x[j]) & (g.y[i] == g.y[j]) for i, j in pairs]),
+        "nothing carried, colour not 0": (g.carried == G.NOTHING) & (g.carried_colour != 0),
+        "agent or door off its cells": (
+            ~G.in_room(g.agent_x, g.agent_y) | (g.door_x != G.DOOR_X)
+            | (g.door_y < G.ROOM_MIN) | (g.door_y > G.ROOM_MAX)),
+    }
+    return {"non-finite or non-integer": ~(finite & integral)} | {
+        name: finite & mask for name, mask in causes.items()}
+
+
 def legal(state: jax.Array) -> jax.Array:
     """Whether a state vector describes a reachable-looking world: (..., 17) → (...) bool. Integral finite
     values, colours 0..5, each object on an interior cell or (exactly the carried one) at (0, 0), floor
-    objects on distinct cells, carried colour consistent, door at x = 7 with y ∈ [1, 6], agent interior."""
-    state = jnp.asarray(state)
-    if jnp.issubdtype(state.dtype, jnp.floating):
-        finite = jnp.all(jnp.isfinite(state), axis=-1)
-        integral = jnp.all(jnp.abs(state - jnp.round(state)) < 1e-4, axis=-1)
-        safe = jnp.where(jnp.isfinite(state), state, 0.0)
-    else:
-        finite = integral = jnp.ones(state.shape[:-1], bool)
-        safe = state
-    g = G.from_vector(jnp.clip(safe, -1e6, 1e6))
-    colour_ok = lambda c: (c >= 0) & (c < G.NUM_COLOURS)  # noqa: E731
-    ok = finite & integral & colour_ok(g.door_colour)
-    ok &= (g.carried >= G.NOTHING) & (g.carried <= G.KEY)
-    for s, obj in enumerate(G.OBJECTS):
-        held = g.carried == obj
-        at_origin = (g.x[s] == 0) & (g.y[s] == 0)
-        ok &= colour_ok(g.colour[s])
-        ok &= jnp.where(held, at_origin & (g.carried_colour == g.colour[s]), G.in_room(g.x[s], g.y[s]))
-    ok &= jnp.where(g.carried == G.NOTHING, g.carried_colour == 0, True)
-    for i in range(G.NUM_OBJECTS):
-        for j in range(i + 1, G.NUM_OBJECTS):
-            both_floor = (g.carried != G.OBJECTS[i]) & (g.carried != G.OBJECTS[j])
-            ok &= ~(both_floor & (g.x[i] == g.x[j]) & (g.y[i] == g.y[j]))
-    ok &= (g.door_x == G.DOOR_X) & (g.door_y >= G.ROOM_MIN) & (g.door_y <= G.ROOM_MAX)
-    ok &= (g.door_state >= G.OPEN) & (g.door_state <= G.LOCKED)
-    ok &= G.in_room(g.agent_x, g.agent_y)
-    return ok
+    objects on distinct cells, carried colour consistent, door at x = 7 with y ∈ [1, 6], agent interior:
+    no cause of :func:`violations`."""
+    return ~functools.reduce(jnp.logical_or, violations(state).values())
+
+

@@ -7,7 +7,7 @@ scored with the project's quality report (:func:`imaginejax.imaginer.quality.sco
 tables follow, one row per DIR, labelled ``<parent folder>/<level>``:
 
 1. **Illegal states** s_1..s_L split by the rule of ``envs/babyai/tasks.legal`` they break: the report's own
-   causes (:func:`imaginejax.envs.babyai.quality.babyai_violations`; a state can break several).
+   causes (:func:`imaginejax.envs.babyai.tasks.violations`; a state can break several).
 2. **Wrong fields per action kind**: of the transitions (s, a, s') with that action, the share whose s' differs
    from the simulator's step of (s, a) in each field group. Generated states are projected to integers, so a
    transition exceeds dynamics (error > 0.5) exactly when some field differs.
