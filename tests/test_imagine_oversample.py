@@ -166,6 +166,17 @@ def test_the_filter_applies_to_the_kept_rollouts(generated: dict[str, Any]) -> N
                      f"{len(want)} of {K * N} generated (imagine.oversample = {K})"]
 
 
+def test_a_level_the_filter_empties_is_refused_naming_the_ways_out(generated: dict[str, Any]) -> None:
+    import dataclasses
+
+    kept = generated["kept"]
+    off_the_table = dataclasses.replace(kept, states=np.full_like(kept.states, 50.0))  # every state illegal
+    run = SimpleNamespace(imagine=SimpleNamespace(filter="legal"), imagined=("rephrase", "easy", "hard"))
+    with pytest.raises(QualityError, match=r"imagine.filter = 'legal' keeps no rollout of clevr/rephrase \(0 of "
+                                           rf"{N}\).*oversample.*--set 'imagine.levels=\[\"easy\", \"hard\"\]'"):
+        filter_imaginary(run, [off_the_table], lambda line: None)
+
+
 def test_written_quality_report_shows_kept_of_generated(tmp_path: Path) -> None:
     write_imaginary_datasets(make_imaginer(seed=3), "clevr", tmp_path, 4, jax.random.key(3), levels=("easy",),
                              embed=False, progress=False, oversample=2)
