@@ -5,7 +5,6 @@ levels), grouped into the sources mixed into the real data (``"<condition>/<leve
 from __future__ import annotations
 
 import json
-
 import os
 import sys
 import time
@@ -75,12 +74,12 @@ def filter_imaginary(run: Resolved, datasets: Sequence[TrajectoryDataset],
             kept = filter_dataset(ds, score_dataset(ds), require_legal=True,
                                   require_goal=run.imagine.filter == "consistent-legal")
         except QualityError as error:
-            others = json.dumps([level for level in getattr(run, "imagined", ()) if level != ds.level])
+            others = json.dumps([level for level in run.imagined if level != ds.level])
             raise QualityError(
                 f"imagine.filter = {run.imagine.filter!r} keeps no rollout of {ds.env}/{ds.level} (0 of "
-                f"{ds.num_trajectories}): train it unfiltered "
-                f"(imagine.filter = 'none'), generate more candidates (a larger imagine.oversample), or leave the "
-                f"level out (--set 'imagine.levels={others}')") from error
+                f"{ds.num_trajectories}): train it unfiltered (imagine.filter = 'none'), generate more "
+                f"candidates (a larger imagine.oversample), or leave the level out "
+                f"(--set 'imagine.levels={others}')") from error
         log(f"  {ds.env}/{ds.level}: filter {run.imagine.filter!r} kept {kept.num_trajectories} of "
             f"{ds.num_trajectories} imaginary rollouts{_of_generated(ds, kept.num_trajectories)}")
         out.append(kept)

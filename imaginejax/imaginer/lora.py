@@ -22,7 +22,7 @@ module (``self_attn`` or ``mlp``) follows from its name (:data:`TARGET_MODULE`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final
 
 import jax
@@ -71,37 +71,39 @@ def init_lora(key: jax.Array, llama_params: Params, config: LlamaConfig, rank: i
     return lora
 
 
+def _replace_targets(llama_params: Params, lora: Params,
+                     replace: Callable[[Params, Params], Params]) -> Params:
+    """``llama_params`` with each LoRA-targeted module replaced by ``replace(module, factors)``; new dicts on
+    the path to each replaced module, every other leaf shared (``llama_params`` is not modified)."""
+    out = dict(llama_params)
+    for name, targets in lora.items():
+        layer = dict(out[name])
+        for target, factors in targets.items():
+            parent = dict(layer[TARGET_MODULE[target]])
+            parent[target] = replace(parent[target], factors)
+            layer[TARGET_MODULE[target]] = parent
+        out[name] = layer
+    return out
+
+
 def merge_lora(llama_params: Params, lora: Params, scale: float) -> Params:
     """Backbone parameters with ``kernel + scale · a @ b`` for every LoRA entry (in the kernel's dtype).
 
     Pure and differentiable in ``lora``; ``llama_params`` is not modified (new dicts on the path to
     each merged kernel, every other leaf shared).
     """
-    merged = dict(llama_params)
-    for name, targets in lora.items():
-        layer = dict(merged[name])
-        for target, factors in targets.items():
-            parent = dict(layer[TARGET_MODULE[target]])
-            module = dict(parent[target])
-            kernel = module["kernel"]
-            delta = scale * jnp.dot(factors["a"], factors["b"], precision=jax.lax.Precision.HIGHEST)
-            module["kernel"] = (kernel.astype(jnp.float32) + delta).astype(kernel.dtype)
-            parent[target] = module
-            layer[TARGET_MODULE[target]] = parent
-        merged[name] = layer
-    return merged
+
+    def merged(module: Params, factors: Params) -> Params:
+        kernel = module["kernel"]
+        delta = scale * jnp.dot(factors["a"], factors["b"], precision=jax.lax.Precision.HIGHEST)
+        return {**module, "kernel": (kernel.astype(jnp.float32) + delta).astype(kernel.dtype)}
+
+    return _replace_targets(llama_params, lora, merged)
 
 
 def attach_lora(llama_params: Params, lora: Params, scale: float) -> Params:
     """Backbone parameters whose targeted modules also hold ``lora_a = scale · a`` and ``lora_b = b`` (the
     unmerged form :class:`~imaginejax.imaginer.llama.Projection` computes); kernels untouched, every other
     leaf shared. Equal to :func:`merge_lora`'s model up to rounding, and differentiable in ``lora``."""
-    attached = dict(llama_params)
-    for name, targets in lora.items():
-        layer = dict(attached[name])
-        for target, factors in targets.items():
-            parent = dict(layer[TARGET_MODULE[target]])
-            parent[target] = {**parent[target], "lora_a": scale * factors["a"], "lora_b": factors["b"]}
-            layer[TARGET_MODULE[target]] = parent
-        attached[name] = layer
-    return attached
+    return _replace_targets(llama_params, lora, lambda module, factors: {
+        **module, "lora_a": scale * factors["a"], "lora_b": factors["b"]})
