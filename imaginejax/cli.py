@@ -98,8 +98,9 @@ def _build_parser() -> argparse.ArgumentParser:
                                    "to --out/<env>-<level>-imaginary; the fine-tuning run is --out/imaginer "
                                    "and resumes from its checkpoints.")
     _config_options(p)
-    p.add_argument("--real", type=absolute, action="append", default=[], metavar="DIR",
-                   help="real dataset directory (repeatable; default: collect data.episodes expert trajectories)")
+    p.add_argument("--real", type=absolute, action="extend", nargs="+", default=[], metavar="DIR",
+                   help="real dataset directories (one or more, repeatable; default: collect data.episodes expert "
+                        "trajectories)")
     p.add_argument("--out", type=absolute, required=True, help="output directory")
 
     help_train = ("train algorithms: a sweep over seeds × hyperparameters × ratios, every level evaluated, "
@@ -112,13 +113,15 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--algo", action="append", default=[], metavar="NAME",
                    help="algorithm to train (repeatable; shortcut for --set train.algos=[...]; default: "
                         "train.algos, or every registered algorithm for the action space)")
-    p.add_argument("--real", type=absolute, action="append", default=[], metavar="DIR",
-                   help="real dataset directory (repeatable; default: the configuration's expert data, cached)")
-    p.add_argument("--imaginary", type=absolute, action="append", default=[], metavar="DIR",
-                   help="imaginary dataset directory (repeatable; default: produced per imagine.source)")
-    p.add_argument("--oracle", type=absolute, action="append", default=[], metavar="DIR",
-                   help="real rollouts of a novel level for the oracle condition (repeatable; default: collected "
-                        "by the expert, imagine.episodes per level, cached)")
+    p.add_argument("--real", type=absolute, action="extend", nargs="+", default=[], metavar="DIR",
+                   help="real dataset directories (one or more, repeatable; default: the configuration's expert data, "
+                        "cached)")
+    p.add_argument("--imaginary", type=absolute, action="extend", nargs="+", default=[], metavar="DIR",
+                   help="imaginary dataset directories (one or more, repeatable, e.g. WS/clevr-*-imaginary; default: "
+                        "produced per imagine.source)")
+    p.add_argument("--oracle", type=absolute, action="extend", nargs="+", default=[], metavar="DIR",
+                   help="real rollouts of novel levels for the oracle condition (one or more, repeatable; default: "
+                        "collected by the expert, imagine.episodes per level, cached)")
     p.add_argument("--out", type=absolute, default=None,
                    help="workspace directory (default: $IMAGINEJAX_HOME/train/<preset>)")
 

@@ -247,6 +247,19 @@ def test_oracle_data_is_given_as_dataset_directories(bench_run):
     assert not (root / "ws-oracle" / "runs").exists()
 
 
+def test_dataset_options_take_one_or_more_directories_each_and_repeat():
+    """``--imaginary WS/clevr-*-imaginary`` (a shell glob: several directories after one option) and the option
+    repeated both collect every directory, in order, made absolute."""
+    from imaginejax.cli import _build_parser
+
+    args = _build_parser().parse_args(["train", "--imaginary", "a", "b", "--imaginary", "c", "--oracle", "o1", "o2",
+                                       "--real", "r", "--out", "ws"])
+    assert [Path(p).name for p in args.imaginary] == ["a", "b", "c"] and all(Path(p).is_absolute() for p in args.imaginary)
+    assert [Path(p).name for p in args.oracle] == ["o1", "o2"] and [Path(p).name for p in args.real] == ["r"]
+    args = _build_parser().parse_args(["imagine", "--real", "r1", "r2", "--out", "ws"])
+    assert [Path(p).name for p in args.real] == ["r1", "r2"]
+
+
 def test_report_of_a_workspace_and_of_a_sweep(bench_run):
     ws = bench_run["root"] / "ws"
     status, out, err = run(["report", str(ws), "--reps", "50", "--no-figures",

@@ -257,6 +257,33 @@ def test_babyai_is_scored_from_its_state_vector() -> None:
     np.testing.assert_array_equal(projected, np.asarray(east.at[G.AGENT_X].set(6.0)))
 
 
+def test_babyai_projection_gives_legal_states_and_keeps_legal_ones() -> None:
+    """Any vector projects to a state with no cause of illegality; a legal state (reset, and after
+    random steps, carrying or not) is unchanged; hand cases: the carried type decides what is held,
+    a clashing object takes the nearest free cell."""
+    garbage = jnp.asarray(np.random.default_rng(1).uniform(-3.0, 10.0, (4096, 17)), jnp.float32)
+    assert not any(bool(v.any()) for v in babyai_tasks.violations(project_babyai(garbage)).values())
+    from imaginejax.envs.babyai.env import sample_grid
+
+    goal = jnp.asarray(babyai_tasks.train_goals()[0])
+    states = G.to_vector(jax.vmap(lambda k: sample_grid(k, goal))(jax.random.split(jax.random.key(0), 256)))
+    visited = [states]
+    for t in range(30):  # random walks with pick-ups and drops
+        actions = jax.random.randint(jax.random.key(t + 1), (256,), 0, 7)
+        states = G.step_vector(states, actions)
+        visited.append(states)
+    visited = jnp.concatenate(visited)
+    assert bool(babyai_tasks.legal(visited).all()) and bool((visited[:, G.CARRIED_TYPE] > 0).any())
+    np.testing.assert_array_equal(np.asarray(project_babyai(visited)), np.asarray(visited))
+    #        ball        box         key         door          agent  carried
+    state = [0, 3, 4,    2, 3, 4,    4, 5, 5,    1, 7, 3, 1,   2, 2,  3, 0]
+    want = [0, 3, 4,     2, 3, 3,    4, 0, 0,    1, 7, 3, 1,   2, 2,  3, 4]
+    np.testing.assert_array_equal(np.asarray(project_babyai(jnp.asarray(state, jnp.float32) + 0.2)), want)
+    state = [0, 0, 0,    2, 1, 1,    4, 5, 5,    1, 7, 3, 1,   2, 2,  0, 5]
+    want = [0, 1, 1,     2, 2, 1,    4, 5, 5,    1, 7, 3, 1,   2, 2,  0, 0]
+    np.testing.assert_array_equal(np.asarray(project_babyai(jnp.asarray(state, jnp.float32))), want)
+
+
 def test_quality_rules_of_a_new_environment() -> None:
     """A 2-d toy world (a point moved by ±0.1 per action) with and without a simulator, scored with the
     rules its registry entry would give."""

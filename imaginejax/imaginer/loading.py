@@ -25,6 +25,7 @@ the wrong shape raises :class:`WeightLoadError` naming the tensor, the expected 
 from __future__ import annotations
 
 import functools
+import json
 import re
 import warnings
 from collections.abc import Iterator, Mapping
@@ -571,3 +572,80 @@ def load_gguf_tokenizer(path: str | Path, *, split_digits: bool | None = None
     tokenizer.post_processor = tokenizers.processors.TemplateProcessing(
         single=template_single, special_tokens=template_specials)
     return tokenizer
+
+
+def corpus_vocabulary(tokenizer: tokenizers.Tokenizer, texts: Iterator[str] | list[str],
+                      tokens: tuple[str, ...] = ()) -> tuple[int, ...]:
+    """Ids of a byte-level BPE ``tokenizer`` that :func:`restrict_vocabulary` must keep so that every
+    text of ``texts`` tokenizes exactly as before: its tokens, every token merged on the way to them,
+    the 256 byte tokens (any other text still encodes, in smaller pieces) and ``tokens`` (named, e.g.
+    special tokens). -> sorted ids.
+
+    Why the tokenization is unchanged: BPE applies, again and again, the lowest-ranked merge whose two
+    parts are adjacent. Every merge it applies to a text of ``texts`` produces a token on the way to
+    that text's tokens, so it is kept (with both parts), and a kept merge still has the lowest rank
+    among the kept ones that apply.
+    """
+    model = json.loads(tokenizer.to_str())["model"]
+    if model.get("type") != "BPE":
+        raise ValueError(f"a corpus vocabulary needs a byte-level BPE tokenizer, not {model.get('type')!r}")
+    vocab: dict[str, int] = model["vocab"]
+    spelling = {index: token for token, index in vocab.items()}
+    made_by: dict[str, list[tuple[str, str]]] = {}
+    for merge in model["merges"]:
+        left, right = merge.split(" ") if isinstance(merge, str) else merge
+        made_by.setdefault(left + right, []).append((left, right))
+    kept = {spelling[i] for text in texts for i in tokenizer.encode(text, add_special_tokens=False).ids}
+    kept |= {token for token in _byte_to_unicode().values() if token in vocab}
+    for name in tokens:
+        if tokenizer.token_to_id(name) is None:
+            raise ValueError(f"the tokenizer has no token {name!r}")
+        kept.add(spelling.get(tokenizer.token_to_id(name), name))
+    pending = list(kept)
+    while pending:
+        for parts in made_by.get(pending.pop(), ()):
+            for part in parts:
+                if part not in kept:
+                    kept.add(part)
+                    pending.append(part)
+    ids = {vocab[token] for token in kept if token in vocab}
+    ids |= {tokenizer.token_to_id(name) for name in tokens}
+    return tuple(sorted(ids))
+
+
+def restrict_vocabulary(tokenizer: tokenizers.Tokenizer, kept: tuple[int, ...] | list[int]
+                        ) -> tokenizers.Tokenizer:
+    """The byte-level BPE ``tokenizer`` with only the token ids ``kept`` (strictly increasing; they
+    become ids 0 .. K-1 in that order) and the merges among them (:func:`corpus_vocabulary` chooses
+    ``kept``). Pre-tokenizer, decoder and special tokens of the kept ids are unchanged.
+
+    Raises:
+      ValueError: ``kept`` is not strictly increasing ids of the tokenizer, or a kept merge's part or
+        a post-processor's special token is not kept.
+    """
+    data = json.loads(tokenizer.to_str())
+    model = data["model"]
+    size = tokenizer.get_vocab_size()
+    kept = [int(i) for i in kept]
+    if not kept or any(b <= a for a, b in zip(kept, kept[1:])) or kept[0] < 0 or kept[-1] >= size:
+        raise ValueError(f"the kept token ids must be strictly increasing ids in [0, {size}), got "
+                         f"{len(kept)} ids from {kept[:1]} to {kept[-1:]}")
+    renumber = {old: new for new, old in enumerate(kept)}
+    vocab = {token: renumber[index] for token, index in model["vocab"].items() if index in renumber}
+    merges = []
+    for merge in model["merges"]:
+        left, right = merge.split(" ") if isinstance(merge, str) else merge
+        if left + right in vocab:
+            if left not in vocab or right not in vocab:
+                raise ValueError(f"token {left + right!r} is kept but a part of its merge is not; choose the ids "
+                                 "with corpus_vocabulary")
+            merges.append([left, right])
+    model["vocab"], model["merges"] = vocab, merges
+    data["added_tokens"] = [dict(token, id=renumber[token["id"]]) for token in data["added_tokens"]
+                            if token["id"] in renumber]
+    special = (data.get("post_processor") or {}).get("special_tokens") or {}
+    for name, entry in special.items():
+        if any(i not in renumber for i in entry["ids"]):
+            raise ValueError(f"the post-processor's special token {name!r} is not kept")
+        entry["ids"] = [renumber[i] for i in entry["ids"]]
+    return tokenizers.Tokenizer.from_str(json.dumps(data))

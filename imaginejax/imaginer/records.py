@@ -21,6 +21,7 @@ from imaginejax.imaginer import lora
 from imaginejax.imaginer.llama import COMPUTE_DTYPES
 
 LORA_FORMS = ("merged", "attached")
+VOCABULARIES = ("tokenizer", "corpus")
 
 RUN_FORMAT: Final[str] = "imaginejax-kalm-run"
 RUN_SCHEMA_VERSION: Final[int] = 1
@@ -81,6 +82,12 @@ class Preset:
       model_path: GGUF file / Hugging Face directory; None: SmolLM2's packaged GGUF for ``"gguf"``,
         ``$IMAGINEJAX_LLAMA2_DIR`` for ``"hf"``.
       tokenizer: ``"smollm2"`` (the GGUF's tokenizer) or ``"model"`` (the checkpoint's own).
+      vocabulary: ``"tokenizer"`` (default: every token of the tokenizer) or ``"corpus"`` (a ``"random"``
+        model only: the tokens of the fine-tuning data's instructions, those merged on the way to them
+        and the 256 byte tokens, :func:`~imaginejax.imaginer.loading.corpus_vocabulary`; the training
+        instructions tokenize as before, other text in smaller pieces; SmolLM2's 49,152-row embedding
+        becomes a few hundred rows, so a ``tiny`` imaginer is 7 MB instead of 45). The kept ids are the
+        run record's ``vocabulary``. Left out of :meth:`to_json` when ``"tokenizer"``.
       start_token, end_token: text-format tokens by name; ``start_id``/``end_id`` override them.
       dtype: parameter dtype of the backbone (``"float32"`` or ``"bfloat16"``).
       compute_dtype: what the backbone's matmuls compute in, in fine-tuning and generation:
@@ -125,6 +132,7 @@ class Preset:
     architecture: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     model_path: str | None = None
     tokenizer: Literal["smollm2", "model"] = "model"
+    vocabulary: str = "tokenizer"
     start_token: str | None = "<|im_start|>"
     end_token: str | None = "<|im_end|>"
     start_id: int | None = None
@@ -162,6 +170,12 @@ class Preset:
         if self.compute_dtype not in COMPUTE_DTYPES:
             raise ValueError(f"preset {self.name!r}: compute_dtype = {self.compute_dtype!r} is not one of "
                              f"{', '.join(COMPUTE_DTYPES)}; e.g. compute_dtype='bfloat16' for mixed precision")
+        if self.vocabulary not in VOCABULARIES:
+            raise ValueError(f"preset {self.name!r}: vocabulary = {self.vocabulary!r} is not one of "
+                             f"{', '.join(VOCABULARIES)}")
+        if self.vocabulary == "corpus" and self.source != "random":
+            raise ValueError(f"preset {self.name!r}: vocabulary = 'corpus' needs source = 'random' (a pretrained "
+                             f"{self.source} backbone keeps its whole embedding table)")
         if self.lora_form not in LORA_FORMS:
             raise ValueError(f"preset {self.name!r}: lora_form = {self.lora_form!r} is not one of "
                              f"{', '.join(LORA_FORMS)}")
@@ -184,6 +198,8 @@ class Preset:
             del data["compute_dtype"]
         if self.lora_form == "merged":
             del data["lora_form"]
+        if self.vocabulary == "tokenizer":
+            del data["vocabulary"]
         if self.validation is None:
             del data["validation"]
         else:
@@ -197,6 +213,8 @@ class Preset:
 RUN_FIELDS: Final[tuple[str, ...]] = (
     "format", "schema_version", "preset", "kalm_config", "text_format", "layout", "normalizer",
     "data_fingerprint", "num_trajectories", "backbone", "frozen_backbone_hash")
+# Optional: the kept ids of the tokenizer (Preset.vocabulary = "corpus").
+OPTIONAL_RUN_FIELDS: Final[tuple[str, ...]] = ("vocabulary",)
 # What a shipped imaginer's record adds (imaginer/shipped.py export, and the hash measured on the GPU).
 SHIPPED_FIELDS: Final[tuple[str, ...]] = ("env", "step", "checkpoint_hash", "weights_sha256", "command",
                                           "frozen_backbone_hash_on_the_gpu")
@@ -288,6 +306,7 @@ def _preset(path: Path, preset: Mapping[str, Any], trusted_model_path: bool) -> 
         raise _refuse(path, "preset.model_path", model_path, "a record never names a file to open",
                       "give the backbone's path yourself (load_imaginer(run_dir, model_path=...)) if you trust it")
     _text(path, "preset.tokenizer", preset.get("tokenizer", "model"), choices=("smollm2", "model"))
+    _text(path, "preset.vocabulary", preset.get("vocabulary", "tokenizer"), choices=VOCABULARIES)
     for key in ("start_token", "end_token"):
         _text(path, f"preset.{key}", preset.get(key), none=True)
     for key in ("start_id", "end_id", "max_steps"):
@@ -349,8 +368,9 @@ def check_run_record(record: Any, path: Path, *, shipped: bool = False, trusted_
     record = _table(path, "(the record)", record)
     allowed = RUN_FIELDS + (SHIPPED_FIELDS if shipped else ())
     for key in record:
-        if key not in allowed:
-            raise _refuse(path, key, record[key], f"not a field of a run record (fields: {', '.join(allowed)})")
+        if key not in allowed + OPTIONAL_RUN_FIELDS:
+            raise _refuse(path, key, record[key], f"not a field of a run record (fields: "
+                          f"{', '.join(allowed + OPTIONAL_RUN_FIELDS)})")
     for key in allowed[:-1] if shipped else allowed:  # the GPU's hash is optional
         if key not in record:
             raise RunRecordError(f"{path}: field {key} is missing; {FIX}")
@@ -409,6 +429,14 @@ def check_run_record(record: Any, path: Path, *, shipped: bool = False, trusted_
     _digest(path, "data_fingerprint", record["data_fingerprint"])
     _int(path, "num_trajectories", record["num_trajectories"])
     _table(path, "backbone", record["backbone"])  # provenance: never opened
+    corpus = record["preset"].get("vocabulary", "tokenizer") == "corpus"
+    if corpus != ("vocabulary" in record):
+        raise _refuse(path, "vocabulary", record.get("vocabulary"), "present exactly when preset.vocabulary is 'corpus'")
+    if corpus:
+        kept = _ids(path, "vocabulary", record["vocabulary"], LLAMA_BOUNDS["vocab_size"])
+        if len(kept) != vocab - 2 or any(b <= a for a, b in zip(kept, kept[1:])):
+            raise _refuse(path, "vocabulary", f"{len(kept)} ids", f"not {vocab - 2} strictly increasing token ids "
+                          "(kalm_config.llama.vocab_size less the two placeholders)")
     _digest(path, "frozen_backbone_hash", record["frozen_backbone_hash"], none=True)
     if shipped:
         from imaginejax import envs

