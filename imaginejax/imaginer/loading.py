@@ -574,6 +574,11 @@ def load_gguf_tokenizer(path: str | Path, *, split_digits: bool | None = None
     return tokenizer
 
 
+def _bpe_merges(model: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The merges of a ``tokenizers`` BPE model's JSON, in rank order ("a b" strings or [a, b] pairs)."""
+    return [tuple(merge.split(" ")) if isinstance(merge, str) else tuple(merge) for merge in model["merges"]]
+
+
 def corpus_vocabulary(tokenizer: tokenizers.Tokenizer, texts: Iterator[str] | list[str],
                       tokens: tuple[str, ...] = ()) -> tuple[int, ...]:
     """Ids of a byte-level BPE ``tokenizer`` that :func:`restrict_vocabulary` must keep so that every
@@ -592,8 +597,7 @@ def corpus_vocabulary(tokenizer: tokenizers.Tokenizer, texts: Iterator[str] | li
     vocab: dict[str, int] = model["vocab"]
     spelling = {index: token for token, index in vocab.items()}
     made_by: dict[str, list[tuple[str, str]]] = {}
-    for merge in model["merges"]:
-        left, right = merge.split(" ") if isinstance(merge, str) else merge
+    for left, right in _bpe_merges(model):
         made_by.setdefault(left + right, []).append((left, right))
     kept = {spelling[i] for text in texts for i in tokenizer.encode(text, add_special_tokens=False).ids}
     kept |= {token for token in _byte_to_unicode().values() if token in vocab}
@@ -633,8 +637,7 @@ def restrict_vocabulary(tokenizer: tokenizers.Tokenizer, kept: tuple[int, ...] |
     renumber = {old: new for new, old in enumerate(kept)}
     vocab = {token: renumber[index] for token, index in model["vocab"].items() if index in renumber}
     merges = []
-    for merge in model["merges"]:
-        left, right = merge.split(" ") if isinstance(merge, str) else merge
+    for left, right in _bpe_merges(model):
         if left + right in vocab:
             if left not in vocab or right not in vocab:
                 raise ValueError(f"token {left + right!r} is kept but a part of its merge is not; choose the ids "
