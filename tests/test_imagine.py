@@ -281,20 +281,20 @@ def test_study_cli_runs_on_babyai(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert json.loads((directory / "study.json").read_text())["env"] == "babyai"
     assert (tmp_path / "imaginer-study" / "data").is_dir()  # the expert data is cached there
     study.main(["evaluate", "smoke", "--num", "2", "--levels", "easy"])
-    record = json.loads((directory / "quality.json").read_text())
+    record = json.loads((directory / "quality-n2.json").read_text())  # --num in the name: 256 is not overwritten
     assert record["env"] == "babyai" and record["step"] == 2 and list(record["levels"]) == ["easy"]
     level = record["levels"]["easy"]
     assert level["simulated"] and level["error_unit"].startswith("grid cells")
     assert 1 <= level["num_rollouts"] <= 2 and 0.0 <= level["goal_consistency"] <= 1.0
-    assert "| easy |" in (directory / "quality.md").read_text()
+    assert "| easy |" in (directory / "quality-n2.md").read_text()
     study.main(["evaluate", "smoke", "--num", "2", "--levels", "easy", "--step", "1"])  # an earlier checkpoint
-    assert json.loads((directory / "quality-step1.json").read_text())["step"] == 1
+    assert json.loads((directory / "quality-step1-n2.json").read_text())["step"] == 1
     study.main(["evaluate", "smoke", "--num", "2", "--levels", "easy", "--oversample", "3"])  # best 2 of 6
-    oversampled = json.loads((directory / "quality-k3.json").read_text())
+    oversampled = json.loads((directory / "quality-n2-k3.json").read_text())
     assert oversampled["oversample"] == 3 and record["oversample"] == 1
     assert 1 <= oversampled["levels"]["easy"]["num_rollouts"] <= 2
     capsys.readouterr()
-    study.main(["compare", "smoke:tiny"])
+    study.main(["compare", "smoke@quality-n2:tiny"])
     assert "| tiny | easy |" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="trained on 'babyai'"):
         study.main(["train", "smoke", "--env", "clevr", "--steps", "2"])

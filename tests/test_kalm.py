@@ -339,6 +339,10 @@ def test_config_rejects_placeholders_outside_the_vocabulary() -> None:
                    action_token_id=V + 1)
     config, _ = make_model()
     assert KalmConfig.from_json(config.to_json()) == config
+    with pytest.raises(ValueError, match="KalmConfig: compute_dtype = 'float16' is not one of float32, bfloat16"):
+        dataclasses.replace(config, compute_dtype="float16")
+    with pytest.raises(ValueError, match="KalmConfig: state_prediction = 'next' is not one of absolute, delta"):
+        dataclasses.replace(config, state_prediction="next")
     # embed() of the extended table reaches the placeholder rows (they exist, even if replaced).
     _, params = make_model()
     assert embed(params["llama"], config.llama, jnp.array([[S_ID, A_ID]])).shape == (1, 2, 16)

@@ -82,9 +82,9 @@ def test_study_scores_the_shipped_imaginer(tmp_path, monkeypatch, capsys):
 
     monkeypatch.setenv("IMAGINEJAX_HOME", str(tmp_path))
     study.main(["evaluate", "shipped:clevr", "--num", "2", "--levels", "easy", "--project"])
-    written = tmp_path / "imaginer-study" / "shipped-clevr" / "quality-projected"
+    written = tmp_path / "imaginer-study" / "shipped-clevr" / "quality-projected-n2"
     assert f"written: {written}.json, {written}.md" in capsys.readouterr().out  # says where its report went
-    record = json.loads((tmp_path / "imaginer-study" / "shipped-clevr" / "quality-projected.json").read_text())
+    record = json.loads((tmp_path / "imaginer-study" / "shipped-clevr" / "quality-projected-n2.json").read_text())
     assert record["env"] == "clevr" and record["step"] == 1000 and record["project"]
     assert record["levels"]["easy"]["legal_rollout_rate"] == 1.0
     with pytest.raises(SystemExit, match="--step picks a checkpoint of a study run"):

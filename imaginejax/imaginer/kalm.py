@@ -63,7 +63,8 @@ import optax
 from flax import struct
 
 from imaginejax.data.types import TrajectoryDataset
-from imaginejax.imaginer.llama import COMPUTE_DTYPES, LlamaConfig, Params, compute_setting, embed, forward, lm_logits
+from imaginejax.imaginer.llama import (COMPUTE_DTYPES, LlamaConfig, Params, check_choice, compute_setting, embed, forward,
+                                       lm_logits)
 
 __all__ = [
     "TASKS", "TASK_TARGETS", "KalmConfig", "StateNormalizer", "KalmAdapter", "KalmBatch",
@@ -126,12 +127,8 @@ class KalmConfig:
     compute_dtype: str = "float32"
 
     def __post_init__(self) -> None:
-        if self.compute_dtype not in COMPUTE_DTYPES:
-            raise ValueError(f"KalmConfig.compute_dtype must be one of {COMPUTE_DTYPES}, got "
-                             f"{self.compute_dtype!r}")
-        if self.state_prediction not in STATE_PREDICTIONS:
-            raise ValueError(f"KalmConfig.state_prediction must be one of {STATE_PREDICTIONS}, got "
-                             f"{self.state_prediction!r}")
+        check_choice("KalmConfig", "compute_dtype", self.compute_dtype, COMPUTE_DTYPES)
+        check_choice("KalmConfig", "state_prediction", self.state_prediction, STATE_PREDICTIONS)
         for name in ("state_dim", "num_actions"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:

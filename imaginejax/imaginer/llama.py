@@ -70,6 +70,12 @@ DEFAULT_PRECISION = jax.lax.Precision.HIGHEST
 COMPUTE_DTYPES: tuple[str, ...] = ("float32", "bfloat16")
 """Names of the compute dtypes :func:`compute_setting` knows."""
 
+
+def check_choice(owner: str, field: str, value: Any, choices: tuple[str, ...], hint: str = "") -> None:
+    """Refuse a setting outside its choices: ``ValueError("<owner>: <field> = <value> is not one of ...")``."""
+    if value not in choices:
+        raise ValueError(f"{owner}: {field} = {value!r} is not one of {', '.join(choices)}" + (f"; {hint}" if hint else ""))
+
 Params = dict[str, Any]
 """The ``params`` collection of :class:`LlamaForCausalLM`: a nested dict of arrays (see module doc)."""
 

@@ -18,7 +18,7 @@ from typing import Any, Final, Literal, Mapping
 
 from imaginejax.core.files import field_problem
 from imaginejax.imaginer import lora
-from imaginejax.imaginer.llama import COMPUTE_DTYPES
+from imaginejax.imaginer.llama import COMPUTE_DTYPES, check_choice
 
 LORA_FORMS = ("merged", "attached")
 VOCABULARIES = ("tokenizer", "corpus")
@@ -167,18 +167,14 @@ class Preset:
         object.__setattr__(self, "lora_targets", tuple(self.lora_targets))
         if self.validation is not None:
             object.__setattr__(self, "validation", validation_settings(self.validation))
-        if self.compute_dtype not in COMPUTE_DTYPES:
-            raise ValueError(f"preset {self.name!r}: compute_dtype = {self.compute_dtype!r} is not one of "
-                             f"{', '.join(COMPUTE_DTYPES)}; e.g. compute_dtype='bfloat16' for mixed precision")
-        if self.vocabulary not in VOCABULARIES:
-            raise ValueError(f"preset {self.name!r}: vocabulary = {self.vocabulary!r} is not one of "
-                             f"{', '.join(VOCABULARIES)}")
+        owner = f"preset {self.name!r}"
+        check_choice(owner, "compute_dtype", self.compute_dtype, COMPUTE_DTYPES,
+                     "e.g. compute_dtype='bfloat16' for mixed precision")
+        check_choice(owner, "vocabulary", self.vocabulary, VOCABULARIES)
         if self.vocabulary == "corpus" and self.source != "random":
             raise ValueError(f"preset {self.name!r}: vocabulary = 'corpus' needs source = 'random' (a pretrained "
                              f"{self.source} backbone keeps its whole embedding table)")
-        if self.lora_form not in LORA_FORMS:
-            raise ValueError(f"preset {self.name!r}: lora_form = {self.lora_form!r} is not one of "
-                             f"{', '.join(LORA_FORMS)}")
+        check_choice(owner, "lora_form", self.lora_form, LORA_FORMS)
         unknown = set(self.lora_targets) - set(lora.LORA_TARGETS)
         if unknown:
             raise ValueError(f"preset {self.name!r}: unknown lora_targets {sorted(unknown)}; valid: "

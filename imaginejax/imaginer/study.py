@@ -18,7 +18,9 @@ settings with ``--set validation={...}``) and prints the table of its rows at th
 that run (``--step best``: its best checkpoint by validation), generates ``--num``
 imaginary rollouts per level with a fixed key (the same initial states and tasks for every run),
 scores them (:func:`~imaginejax.imaginer.quality.quality_report`) and writes
-``RUN/quality[-projected].json`` and ``.md``; ``evaluate shipped:ENV`` scores the package's trained
+``RUN/quality[-projected][-step<K>|-best][-n<NUM>][-seed<SEED>][-k<K>].json`` and ``.md`` (the plain name
+for the defaults: latest checkpoint, 256 rollouts, seed 7, no oversampling; so another count never
+overwrites a table); ``evaluate shipped:ENV`` scores the package's trained
 imaginer of ENV instead (into ``$IMAGINEJAX_HOME/imaginer-study/shipped-ENV``). ``compare`` prints the per-level metrics of several
 evaluated runs side by side. Everything runs on the CPU it finds; other users of the machine slow it
 down but do not change the results (fixed seeds).
@@ -55,6 +57,8 @@ def run_dir(name: str) -> Path:
 
 STUDY_FILE = "study.json"
 SHIPPED_PREFIX = "shipped:"
+DEFAULT_NUM = 256  # rollouts per level that `evaluate` writes under the plain file name
+DEFAULT_SEED = 7
 
 
 def real_data(num: int, seed: int = 0, epsilon: float = 0.1, env: str = "clevr") -> Any:
@@ -151,6 +155,8 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     report = quality_report(datasets)
     tag = ("quality-projected" if args.project else "quality") + (
         "-best" if args.step == "best" else f"-step{args.step}" if args.step else "") + (
+        f"-n{args.num}" if args.num != DEFAULT_NUM else "") + (
+        f"-seed{args.seed}" if args.seed != DEFAULT_SEED else "") + (
         f"-k{args.oversample}" if args.oversample > 1 else "")
     record = {"run": args.run, "env": env_name, "step": imaginer.step, "selection": imaginer.selection,
               "preset": imaginer.preset,
@@ -222,8 +228,10 @@ def main(argv: list[str] | None = None) -> None:
                          help="other preset fields, e.g. --set learning_rate=3e-4")
     p_eval = sub.add_parser("evaluate", help="imagine rollouts per level and score them")
     p_eval.add_argument("run", help="a study run, or shipped:ENV for the package's trained imaginer of ENV")
-    p_eval.add_argument("--num", type=int, default=256)
-    p_eval.add_argument("--seed", type=int, default=7)
+    p_eval.add_argument("--num", type=int, default=DEFAULT_NUM,
+                        help=f"rollouts per level (default {DEFAULT_NUM}; another count writes ...-n<NUM>)")
+    p_eval.add_argument("--seed", type=int, default=DEFAULT_SEED,
+                        help=f"generation key (default {DEFAULT_SEED}; another writes ...-seed<SEED>)")
     p_eval.add_argument("--project", action="store_true", help="project states onto the legal set")
     p_eval.add_argument("--levels", nargs="+", default=list(LEVELS))
     p_eval.add_argument("--oversample", type=int, default=1, metavar="K",
