@@ -191,6 +191,31 @@ def test_cheetah_generation_stops_on_the_running_displacement() -> None:
         assert summary["goal_consistency"] == 0.5 and summary["illegal_state_rate"] == 0.0
 
 
+def test_continuous_actions_outside_the_box_are_clipped_as_the_simulator_would() -> None:
+    """A regression head may predict an action outside the box; the simulator executes it clipped, so the
+    rollout is generated (fed back, scored, written) with the clipped action: the same rollouts as a model
+    predicting the clipped action itself, every written action inside the box (what ``train`` accepts),
+    and the provenance says how often it happened."""
+    from imaginejax.data.validate import EnvFacts, validate_for_env
+
+    env, params = make("cheetah", "train", embed=False)
+    outside = np.array([1.5, -2.0, 0.3, 1.0, -1.0, 4.0], np.float32)
+    runs = {}
+    for name, bias in (("outside", outside), ("clipped", np.clip(outside, -1.0, 1.0))):
+        imaginer = env_imaginer("cheetah", fixed_heads=True, action_bias=bias)
+        state_head = make_imaginer(seed=5, state_dim=18, num_actions=6, discrete=False).params["kalm"]["state_out"]
+        imaginer = dataclasses.replace(imaginer, params={"llama": imaginer.params["llama"],
+                                                         "kalm": {**imaginer.params["kalm"], "state_out": state_head}})
+        runs[name] = imagine(imaginer, env, params, jax.random.key(3), 4, horizon=12, progress=False).dataset
+    a, b = runs["outside"], runs["clipped"]
+    np.testing.assert_array_equal(a.actions, b.actions)
+    np.testing.assert_array_equal(a.states, b.states)  # the fed-back action is the clipped one
+    assert np.abs(a.actions[a.mask]).max() == 1.0
+    validate_for_env(a, EnvFacts.of(env, legality=False))
+    assert a.provenance["action_box"] == [-1.0, 1.0]
+    assert a.provenance["clipped_action_rate"] == 1.0 and b.provenance["clipped_action_rate"] == 0.0
+
+
 def test_metaworld_generation_stops_on_the_task_predicate() -> None:
     """The generated state has the object on the target: push succeeds at step 1 (reward 10);
     door-open's handle stays 0.35 m off (never; reward 0 once the state stops changing)."""

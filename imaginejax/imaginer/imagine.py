@@ -7,7 +7,8 @@ jitted function (:func:`generate_rollouts`) with the KV cache:
 
     h ← hidden state at [S s0]                                    (prefill)
     repeat for t = 0 .. H-1, while some row is still running:
-        a_t     = argmax action_head(h)          (continuous: the regression output)
+        a_t     = argmax action_head(h)          (continuous: the regression output, clipped into the
+                                                  action box as the simulator would execute it)
         h_a     = Llama([A a_t])                 (one cached decode step)
         s_{t+1} = decode(state_head(h_a), s_t)   (absolute or delta head, kalm.decode_states)
         s_{t+1} = project(s_{t+1})               (optional: onto the legal set, see below)
@@ -85,7 +86,7 @@ from tqdm import tqdm
 
 from imaginejax import envs
 from imaginejax.data.types import TrajectoryDataset, take_trajectories
-from imaginejax.data.validate import validate_dataset
+from imaginejax.data.validate import EnvFacts, validate_dataset, validate_for_env
 from imaginejax.envs.registry import EpisodeRules, QualityRules, transition_rules
 from imaginejax.imaginer.finetune import Imaginer
 from imaginejax.imaginer.generate import prefill
@@ -110,7 +111,8 @@ class GeneratedRollouts(NamedTuple):
     ``states``: (B, H+1, S) raw states, s0 first, zeros after a row's end. ``actions``: (B, H) int32
     or (B, H, A). ``rewards``: (B, H) float32. ``mask``: (B, H) bool valid steps (a prefix).
     ``success``: (B, H) bool, the step on which the goal held. ``lengths``: (B,) int32 valid steps.
-    ``finite``: (B,) bool, every generated state of the row was finite.
+    ``finite``: (B,) bool, every generated state of the row was finite. ``clipped``: (B,) int32 valid
+    steps whose predicted continuous action left the action box and was clipped into it (0 if discrete).
     """
 
     states: Any
@@ -120,10 +122,11 @@ class GeneratedRollouts(NamedTuple):
     success: Any
     lengths: Any
     finite: Any
+    clipped: Any
 
 
 @functools.partial(jax.jit, static_argnames=("config", "horizon", "success_fn", "reward_fn",
-                                             "project_fn", "reward_uses_step", "rules"))
+                                             "project_fn", "reward_uses_step", "rules", "action_box"))
 def generate_rollouts(params: Params, config: KalmConfig, normalizer: StateNormalizer,
                       tokens: jax.Array, attention_mask: jax.Array, state_inputs: jax.Array,
                       initial_states: jax.Array, goals: jax.Array, *, horizon: int,
@@ -131,7 +134,8 @@ def generate_rollouts(params: Params, config: KalmConfig, normalizer: StateNorma
                       reward_fn: Callable[..., jax.Array] | None = None,
                       project_fn: Callable[[jax.Array], jax.Array] | None = None,
                       reward_uses_step: bool = False,
-                      rules: EpisodeRules | None = None) -> GeneratedRollouts:
+                      rules: EpisodeRules | None = None,
+                      action_box: tuple[float, float] | None = None) -> GeneratedRollouts:
     """Greedy, batched, KV-cached generation of state/action sequences (one compiled call).
 
     The backbone computes in ``config.compute_dtype`` (its KV cache too); the adapters, heads and the
@@ -153,6 +157,8 @@ def generate_rollouts(params: Params, config: KalmConfig, normalizer: StateNorma
         including this one (static; BabyAI's reward).
       rules: the environment's :class:`~imaginejax.imaginer.quality.EpisodeRules` (static; e.g.
         :func:`episode_rules`); replaces ``success_fn`` / ``reward_fn``.
+      action_box: (low, high) of a continuous environment's actions (static): the regression head's
+        action is clipped into it before it is fed back, scored and written (None: unclipped).
     Returns:
       :class:`GeneratedRollouts`.
     """
@@ -186,7 +192,8 @@ def generate_rollouts(params: Params, config: KalmConfig, normalizer: StateNorma
         mask=jnp.zeros((batch, horizon), bool),
         success=jnp.zeros((batch, horizon), bool),
         lengths=jnp.zeros((batch,), jnp.int32),
-        finite=jnp.ones((batch,), bool))
+        finite=jnp.ones((batch,), bool),
+        clipped=jnp.zeros((batch,), jnp.int32))
     done = jnp.zeros((batch,), bool)
     episode = rules.init(initial_states, goals)
 
@@ -197,8 +204,13 @@ def generate_rollouts(params: Params, config: KalmConfig, normalizer: StateNorma
     def step(carry: tuple[Any, ...]) -> tuple[Any, ...]:
         t, hidden, cache, current, done, out, episode = carry
         prediction = adapter_apply(params, config, "predict_action", hidden)
-        action = (jnp.argmax(prediction, axis=-1).astype(jnp.int32) if config.discrete
-                  else prediction)
+        if config.discrete:
+            action, outside = jnp.argmax(prediction, axis=-1).astype(jnp.int32), jnp.zeros((batch,), bool)
+        elif action_box is None:
+            action, outside = prediction, jnp.zeros((batch,), bool)
+        else:
+            action = jnp.clip(prediction, *action_box)
+            outside = jnp.any(action != prediction, axis=-1)
         hidden_action, cache = decode(adapter_apply(params, config, "embed_action", action), cache)
         following = decode_states(config, normalizer,
                                   adapter_apply(params, config, "predict_state", hidden_action),
@@ -224,7 +236,8 @@ def generate_rollouts(params: Params, config: KalmConfig, normalizer: StateNorma
             mask=out.mask.at[:, t].set(active),
             success=out.success.at[:, t].set(succeeded),
             lengths=out.lengths + active.astype(jnp.int32),
-            finite=out.finite & (finite | ~active))
+            finite=out.finite & (finite | ~active),
+            clipped=out.clipped + (outside & active).astype(jnp.int32))
         done = done | succeeded | (active & ~finite) | (t + 1 >= horizon)
         hidden, cache = decode(adapter_apply(params, config, "embed_state",
                                               normalizer.normalize(safe)), cache)
@@ -287,6 +300,13 @@ def rollouts_to_dataset(rollouts: GeneratedRollouts, *, instruction_ids: np.ndar
         env=env, level=level, source="imaginary", discrete=bool(discrete), provenance=meta)
     validate_dataset(dataset, num_actions=num_actions if discrete else None)
     return dataset, dropped
+
+
+def _clipped_rate(host: GeneratedRollouts) -> float:
+    """Share of the written rows' valid steps whose predicted action was clipped into the action box."""
+    rows = _written_rows(host)
+    steps = int(host.mask[rows].sum())
+    return round(float(host.clipped[rows].sum()) / max(steps, 1), 6)
 
 
 def _written_rows(host: GeneratedRollouts) -> np.ndarray:
@@ -431,6 +451,7 @@ def imagine(imaginer: Imaginer, env: Any, env_params: Any, key: jax.Array, num_r
         raise ValueError(f"oversample={oversample} ranks rollouts by their quality, but environment {env.name!r} "
                          "has no quality rules to score them with; pass oversample=1")
     rules = episode_rules(env, int(env_params.max_steps))
+    action_box = None if env.discrete else (float(env.action_low), float(env.action_high))
     level = str(env_params.level)
     horizon = int(env_params.max_steps if horizon is None else horizon)
     instructions = tuple(env.instructions(level))
@@ -463,7 +484,7 @@ def imagine(imaginer: Imaginer, env: Any, env_params: Any, key: jax.Array, num_r
             imaginer.text_format, config, [table[int(i)] for i in ids], s0, width)
         out = generate_rollouts(imaginer.params, config, imaginer.normalizer, tokens, attention,
                                 state_inputs, s0, goals, horizon=horizon, rules=rules,
-                                project_fn=project_fn)
+                                project_fn=project_fn, action_box=action_box)
         out = GeneratedRollouts(*(np.asarray(x)[: hi - lo] for x in jax.device_get(tuple(out))))
         parts.append(out)
         ids_parts.append(np.asarray(ids)[: hi - lo])
@@ -485,6 +506,7 @@ def imagine(imaginer: Imaginer, env: Any, env_params: Any, key: jax.Array, num_r
         "task_indices": "given" if task_indices is not None else "uniform",
         "state_prediction": config.state_prediction, "compute_dtype": config.compute_dtype,
         "projection": project_name,
+        **({} if action_box is None else {"action_box": list(action_box), "clipped_action_rate": _clipped_rate(merged)}),
         "seconds": round(seconds, 3), "jax_version": jax.__version__,
     }
     if imaginer.trained_compute_dtype is not None:  # finetune.with_compute_dtype: not the dtype it was trained in
@@ -496,6 +518,7 @@ def imagine(imaginer: Imaginer, env: Any, env_params: Any, key: jax.Array, num_r
         instructions=instructions, instruction_embeddings=np.asarray(env_params.instruction_embeddings),
         env=str(env.name), level=level, discrete=bool(env.discrete), provenance=provenance,
         success_bonus=success_bonus, num_actions=getattr(env, "num_actions", None))
+    validate_for_env(dataset, EnvFacts.of(env, legality=False))  # what `train` checks: never write what it refuses
     if oversample > 1:
         tasks = np.concatenate(task_parts)
         quotas = {int(t): int(n) for t, n in zip(*np.unique(tasks[:num_rollouts], return_counts=True))}
