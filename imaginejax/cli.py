@@ -33,8 +33,9 @@ import argparse
 import json
 import os
 import sys
+import warnings
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from imaginejax.bench.config import ConfigError, available_presets, describe, load_config, resolve
 from imaginejax.core.files import write_text
@@ -455,7 +456,9 @@ def _guarded(command: str, run: Callable[[], int], *, multiprocess: bool = False
             joined = distributed.initialize()
         if command in COMPILING:
             enable_compilation_cache()
-        return run()
+        with warnings.catch_warnings():
+            warnings.showwarning = _warning_line(command)
+            return run()
     except (ValueError, CheckpointError, MissingDependency, FileExistsError, FileNotFoundError) as error:
         # ValueError covers ConfigError and DatasetError, and the engine's / imaginer's refusals
         # (e.g. resuming an imaginer run with another preset): all name the problem and the fix.
@@ -480,6 +483,15 @@ def _guarded(command: str, run: Callable[[], int], *, multiprocess: bool = False
         sys.stderr.flush()
         _tell_the_others(sys.exc_info()[1])
         os._exit(1)
+
+
+def _warning_line(command: str) -> Callable[..., None]:
+    """``warnings.showwarning`` for a command: one line ``imaginejax COMMAND: warning: ...`` on stderr, like its
+    errors, instead of a source location and line of code."""
+    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int, file: Any = None,
+             line: str | None = None) -> None:
+        print(f"imaginejax {command}: warning: {message}", file=sys.stderr, flush=True)
+    return show
 
 
 def _tell_the_others(error: BaseException | None) -> None:

@@ -273,6 +273,15 @@ def test_report_of_a_workspace_and_of_a_sweep(bench_run):
     assert (ws / "runs" / "bc" / "figures" / "bars.png").stat().st_size > 0
     status, _, err = run(["report", str(bench_run["root"] / "nothing-here")])
     assert status == 2 and "sweep.json" in err
+    # An algorithm stopped before its first evaluation is named in one line; the finished ones are reported.
+    partial = bench_run["root"] / "ws-partial" / "runs"
+    (partial / "prdc").mkdir(parents=True)
+    (partial / "bc").symlink_to(ws / "runs" / "bc", target_is_directory=True)
+    (partial / "prdc" / "sweep.json").write_text(json.dumps({"runs": [], "algo": "prdc"}))
+    status, out, err = run(["report", str(partial.parent), "--reps", "50", "--no-figures"])
+    assert status == 0 and "| bc, real only |" in out and "prdc" not in out
+    assert err.strip().splitlines() == [f"imaginejax report: warning: left out of the report: "
+                                        f"{partial / 'prdc' / 'metrics.jsonl'} has no records yet: wait for the first interval"]
 
 
 def test_a_workspace_reads_back_through_relative_paths_from_another_directory(bench_run, monkeypatch):

@@ -164,6 +164,19 @@ def test_missing_sweep_and_empty_metrics_are_reported(tmp_path):
         load_sweep(tmp_path / "s")
 
 
+def test_a_workspace_reports_its_finished_algorithms_and_names_the_unfinished(tmp_path):
+    """An algorithm stopped (or still compiling) before its first evaluation does not hide the others."""
+    write_sweep(tmp_path / "ws" / "runs" / "bc")
+    (tmp_path / "ws" / "runs" / "prdc").mkdir()
+    (tmp_path / "ws" / "runs" / "prdc" / "sweep.json").write_text(json.dumps({"runs": [], "algo": "prdc"}))
+    with pytest.warns(RuntimeWarning, match=r"left out of the report: .*prdc.*no records yet"):
+        results = load_sweep(tmp_path / "ws")
+    assert results == load_sweep(tmp_path / "ws" / "runs" / "bc")
+    (tmp_path / "ws" / "runs" / "bc" / "metrics.jsonl").unlink()
+    with pytest.raises(ValueError, match="no records yet"):  # nothing finished: nothing to report
+        load_sweep(tmp_path / "ws")
+
+
 def test_missing_matplotlib_names_the_install(tmp_path, monkeypatch):
     from imaginejax.training.progress import MissingDependency
 

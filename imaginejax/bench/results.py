@@ -25,6 +25,7 @@ import dataclasses
 import itertools
 import json
 import os
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
@@ -310,6 +311,10 @@ def find_sweeps(path: str | os.PathLike[str]) -> list[Path]:
     return found
 
 
+class NoRecordsYet(ValueError):
+    """A sweep has not finished the first interval of every run (nothing to report yet)."""
+
+
 def _number(value: Any) -> float:
     return float("nan") if value is None else float(value)
 
@@ -323,14 +328,14 @@ def _load_one(sweep_dir: Path) -> Results:
     algo = sweep_dir.name if sweep_dir.parent.name == "runs" else str(record.get("algo", sweep_dir.name))
     records = MetricsLog(sweep_dir).records()
     if not records:
-        raise ValueError(f"{sweep_dir / 'metrics.jsonl'} has no records yet: wait for the first interval")
+        raise NoRecordsYet(f"{sweep_dir / 'metrics.jsonl'} has no records yet: wait for the first interval")
     levels = tuple(k.split("/", 1)[1] for k in records[0] if k.startswith("success/"))
     by_run: dict[int, dict[int, dict[str, Any]]] = {}
     for r in records:
         by_run.setdefault(int(r["run"]), {})[int(r["interval"])] = r
     common = min(len(by_run.get(row["run"], {})) for row in table)
     if common == 0:
-        raise ValueError(f"{sweep_dir}: some runs have no metrics yet; wait for the first interval of every chunk")
+        raise NoRecordsYet(f"{sweep_dir}: some runs have no metrics yet; wait for the first interval of every chunk")
     intervals = range(1, common + 1)
     task_file = sweep_dir / TASK_SUCCESS_FILE
     saved = read_json(task_file, RETRAIN) if task_file.is_file() else {"runs": [], "levels": {}}
@@ -352,15 +357,29 @@ def _load_one(sweep_dir: Path) -> Results:
 
 
 def load_sweep(path: str | os.PathLike[str]) -> Results:
-    """The results of a sweep directory, or of every sweep of a workspace with its ``sources.json``.
+    """The results of a sweep directory, or of every sweep of a workspace with its ``sources.json``. A
+    workspace's sweep that has not finished its first interval (an algorithm still compiling, or stopped
+    early) is left out with a warning naming it, so the finished algorithms can be reported.
 
     Raises:
       FileNotFoundError: no sweep under ``path``.
-      ValueError: a sweep has no metrics yet, or sweeps disagree on the levels.
+      NoRecordsYet: the sweep, or every sweep of the workspace, has no metrics yet.
+      ValueError: sweeps disagree on the levels.
     """
     results = Results(runs=(), levels=())
-    for sweep_dir in find_sweeps(path):
-        results = results.merge(_load_one(sweep_dir))
+    sweeps = find_sweeps(path)
+    waiting: list[NoRecordsYet] = []
+    for sweep_dir in sweeps:
+        try:
+            results = results.merge(_load_one(sweep_dir))
+        except NoRecordsYet as error:
+            if len(sweeps) == 1:
+                raise
+            waiting.append(error)
+    if len(waiting) == len(sweeps):
+        raise waiting[0]
+    for error in waiting:
+        warnings.warn(f"left out of the report: {error}", RuntimeWarning, stacklevel=2)
     sources = Path(path) / SOURCES_FILE
     if sources.is_file():
         results = dataclasses.replace(results, sources=read_json(sources, RETRAIN))
