@@ -280,7 +280,7 @@ def test_report_of_a_workspace_and_of_a_sweep(bench_run):
     (partial / "prdc" / "sweep.json").write_text(json.dumps({"runs": [], "algo": "prdc"}))
     status, out, err = run(["report", str(partial.parent), "--reps", "50", "--no-figures"])
     assert status == 0 and "| bc, real only |" in out and "prdc" not in out
-    assert err.strip().splitlines() == [f"imaginejax report: warning: left out of the report: "
+    assert err.strip().splitlines() == [f"imaginejax report: warning: left out, not finished: "
                                         f"{partial / 'prdc' / 'metrics.jsonl'} has no records yet: wait for the first interval"]
 
 

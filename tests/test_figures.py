@@ -169,7 +169,7 @@ def test_a_workspace_reports_its_finished_algorithms_and_names_the_unfinished(tm
     write_sweep(tmp_path / "ws" / "runs" / "bc")
     (tmp_path / "ws" / "runs" / "prdc").mkdir()
     (tmp_path / "ws" / "runs" / "prdc" / "sweep.json").write_text(json.dumps({"runs": [], "algo": "prdc"}))
-    with pytest.warns(RuntimeWarning, match=r"left out of the report: .*prdc.*no records yet"):
+    with pytest.warns(RuntimeWarning, match=r"left out, not finished: .*prdc.*no records yet"):
         results = load_sweep(tmp_path / "ws")
     assert results == load_sweep(tmp_path / "ws" / "runs" / "bc")
     (tmp_path / "ws" / "runs" / "bc" / "metrics.jsonl").unlink()

@@ -4,6 +4,7 @@
     python experiments/diagnosis/cheetah_hard.py margins TRAIN_DIR EASY_DIR     # do train skills already meet easy?
     python experiments/diagnosis/cheetah_hard.py memory HARD_DIR [--neighbours 1]  # is a two-leg action a function of the state?
     python experiments/diagnosis/cheetah_hard.py tasks WS [WS ...]              # success per task at the last evaluation
+    python experiments/diagnosis/cheetah_hard.py policy POLICY_DIR [--episodes 64]  # what a policy does on the two-leg tasks
 
 ``margins`` reads expert datasets (``imaginejax collect --env cheetah --level train|easy``, or the cache) and
 prints, per task, the displacement Σ at the end of the episode against the thresholds of BENCHMARK §2.5.
@@ -20,6 +21,10 @@ phases where they meet, and BC averages them.
 
 ``tasks`` reads ``runs/<algo>/task_success.json`` of each workspace and prints success per hard task, per
 configuration (real only, + oracle / imaginary of each level), mean over seeds, last evaluation.
+
+``policy`` runs an exported policy (``imaginejax export WS --algo A --seed K --data D --out DIR``) on each
+two-leg task for 200 steps (MuJoCo C) and reports how many episodes got the first leg done, then the second,
+and where Σ ended: whether the policy fails to start, fails to turn, or turns too early.
 """
 
 from __future__ import annotations
@@ -94,6 +99,40 @@ def memory(hard_dir: str) -> None:
               f"{100 * cross.mean():.1f} % | {distance[~cross].mean():.3f} | {distance[cross].mean():.3f} |")
 
 
+def policy_legs(directory: str, episodes: int) -> None:
+    import jax
+    import jax.numpy as jnp
+
+    from imaginejax.bench.policy import Policy
+    from imaginejax.envs import make
+    from imaginejax.envs.cheetah import tasks
+    from imaginejax.lang import encode_instructions
+
+    policy = Policy.load(directory)
+    env, params = make("cheetah", "hard", embed=encode_instructions)
+    step = jax.jit(lambda state, action: env.step_batch(jnp.zeros((episodes, 2), jnp.uint32), state, action, params))
+    print(f"{directory}: {episodes} episodes per task, 200 steps")
+    print("| task | first leg done | second leg done (success) | first leg done at (median step) | Σ at the end: median |")
+    print("|---|---:|---:|---:|---:|")
+    goals = np.asarray(params.goals)
+    for task in np.flatnonzero(goals[:, 0] == tasks.KIND_FORWARD_BACKWARD):
+        keys = jax.random.split(jax.random.key(int(task)), episodes)
+        obs, state = env.reset_to_task_batch(keys, params, jnp.full((episodes,), int(task), jnp.int32))
+        for _ in range(tasks.MAX_STEPS):
+            obs, state, _, _, _ = step(state, jnp.asarray(policy.predict(np.asarray(obs))))
+        progress = jax.device_get(state.progress)
+        direction = int(goals[task, 1])
+        first = np.asarray(progress.forward_done_at if direction == tasks.FORWARD else progress.backward_done_at)
+        second = np.asarray(progress.backward_done_at if direction == tasks.FORWARD else progress.forward_done_at)
+        first_done = first > 0
+        second_done = second > first
+        total = np.asarray(progress.sigma)
+        name = tasks.TASK_NAMES[(int(goals[task, 0]), direction)]
+        at = f"{np.median(first[first_done]):.0f}" if first_done.any() else "—"
+        print(f"| {name} | {100 * first_done.mean():.0f} % | {100 * (first_done & second_done).mean():.0f} % "
+              f"({100 * np.asarray(state.success).mean():.0f} %) | {at} | {np.median(total):+.1f} |")
+
+
 def task_table(workspaces: list[str]) -> None:
     for workspace in workspaces:
         for path in sorted(Path(workspace, "runs").glob("*/task_success.json")):
@@ -118,11 +157,16 @@ def main() -> None:
     p.add_argument("hard_dir")
     p = sub.add_parser("tasks")
     p.add_argument("workspaces", nargs="+")
+    p = sub.add_parser("policy")
+    p.add_argument("policy_dir")
+    p.add_argument("--episodes", type=int, default=64)
     args = parser.parse_args()
     if args.command == "margins":
         margins(args.train_dir, args.easy_dir)
     elif args.command == "memory":
         memory(args.hard_dir)
+    elif args.command == "policy":
+        policy_legs(args.policy_dir, args.episodes)
     else:
         task_table(args.workspaces)
 

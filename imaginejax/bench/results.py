@@ -379,7 +379,7 @@ def load_sweep(path: str | os.PathLike[str]) -> Results:
     if len(waiting) == len(sweeps):
         raise waiting[0]
     for error in waiting:
-        warnings.warn(f"left out of the report: {error}", RuntimeWarning, stacklevel=2)
+        warnings.warn(f"left out, not finished: {error}", RuntimeWarning, stacklevel=2)
     sources = Path(path) / SOURCES_FILE
     if sources.is_file():
         results = dataclasses.replace(results, sources=read_json(sources, RETRAIN))
