@@ -2,7 +2,7 @@
 "HalfCheetah at CPU scale".
 
     python experiments/diagnosis/cheetah_hard.py margins TRAIN_DIR EASY_DIR     # do train skills already meet easy?
-    python experiments/diagnosis/cheetah_hard.py memory HARD_DIR [--neighbours 1]  # is a two-leg action a function of the state?
+    python experiments/diagnosis/cheetah_hard.py memory HARD_DIR                # is a two-leg action a function of the state?
     python experiments/diagnosis/cheetah_hard.py tasks WS [WS ...]              # success per task at the last evaluation
     python experiments/diagnosis/cheetah_hard.py policy POLICY_DIR [--episodes 64]  # what a policy does on the two-leg tasks
 

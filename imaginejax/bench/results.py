@@ -373,8 +373,6 @@ def load_sweep(path: str | os.PathLike[str]) -> Results:
         try:
             results = results.merge(_load_one(sweep_dir))
         except NoRecordsYet as error:
-            if len(sweeps) == 1:
-                raise
             waiting.append(error)
     if len(waiting) == len(sweeps):
         raise waiting[0]

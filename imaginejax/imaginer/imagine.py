@@ -262,10 +262,11 @@ class ImaginationResult(NamedTuple):
 def rollouts_to_dataset(rollouts: GeneratedRollouts, *, instruction_ids: np.ndarray, goals: np.ndarray,
                         instructions: Sequence[str], instruction_embeddings: np.ndarray, env: str,
                         level: str, discrete: bool, provenance: dict[str, Any],
-                        success_bonus: float = 0.0, num_actions: int | None = None
-                        ) -> tuple[TrajectoryDataset, int]:
+                        success_bonus: float = 0.0, num_actions: int | None = None,
+                        env_facts: EnvFacts | None = None) -> tuple[TrajectoryDataset, int]:
     """Host-side assembly: drops rows with a non-finite state, sets terminals (success) and
-    truncations (the last step of a row without success), validates.
+    truncations (the last step of a row without success), validates (against the environment, as
+    ``train`` does, when ``env_facts`` is given; else ``num_actions`` bounds discrete actions).
 
     -> (dataset with ``source="imaginary"``, number of rows dropped). Raises
     :class:`ImaginationError` when no row is left (nothing is built).
@@ -298,12 +299,16 @@ def rollouts_to_dataset(rollouts: GeneratedRollouts, *, instruction_ids: np.ndar
         instructions=tuple(instructions),
         instruction_embeddings=np.asarray(instruction_embeddings, np.float32),
         env=env, level=level, source="imaginary", discrete=bool(discrete), provenance=meta)
-    validate_dataset(dataset, num_actions=num_actions if discrete else None)
+    if env_facts is None:
+        validate_dataset(dataset, num_actions=num_actions if discrete else None)
+    else:  # what `train` checks (action box, widths): never write what it refuses
+        validate_for_env(dataset, env_facts)
     return dataset, dropped
 
 
 def _clipped_rate(host: GeneratedRollouts) -> float:
-    """Share of the written rows' valid steps whose predicted action was clipped into the action box."""
+    """Share of the written rows' valid steps whose predicted action was clipped into the action box (with
+    oversampling: of every finite candidate, before the best are kept)."""
     rows = _written_rows(host)
     steps = int(host.mask[rows].sum())
     return round(float(host.clipped[rows].sum()) / max(steps, 1), 6)
@@ -517,8 +522,8 @@ def imagine(imaginer: Imaginer, env: Any, env_params: Any, key: jax.Array, num_r
         merged, instruction_ids=np.concatenate(ids_parts), goals=np.concatenate(goal_parts),
         instructions=instructions, instruction_embeddings=np.asarray(env_params.instruction_embeddings),
         env=str(env.name), level=level, discrete=bool(env.discrete), provenance=provenance,
-        success_bonus=success_bonus, num_actions=getattr(env, "num_actions", None))
-    validate_for_env(dataset, EnvFacts.of(env, legality=False))  # what `train` checks: never write what it refuses
+        success_bonus=success_bonus, num_actions=getattr(env, "num_actions", None),
+        env_facts=EnvFacts.of(env, legality=False))
     if oversample > 1:
         tasks = np.concatenate(task_parts)
         quotas = {int(t): int(n) for t, n in zip(*np.unique(tasks[:num_rollouts], return_counts=True))}
